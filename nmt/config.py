@@ -1,0 +1,403 @@
+"""Configuration: YAML -> frozen, typed dataclasses, validated at load time.
+
+Every key a run understands is declared once here, with its type, default and allowed
+range. `load_config` reports every problem at once (unknown keys with a "did you mean",
+wrong types, out-of-range numbers, invalid choices), each with its key path.
+Standard library + PyYAML only, so `nmt check-config` stays fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import yaml
+
+from nmt.errors import NmtError
+
+DATA_DIR_ENV = "NMT_DATA_DIR"
+
+
+class ConfigError(NmtError, ValueError):
+    """One or more problems in a configuration; `problems` holds one line each."""
+
+    def __init__(self, problems: list[str], source: str = "config") -> None:
+        self.problems = problems
+        self.source = source
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+def _opt(default: Any, *, min: float | None = None, max: float | None = None, help: str = ""):
+    """A field with an allowed range; `help` documents it in `nmt check-config`."""
+    return field(default=default, metadata={"min": min, "max": max, "help": help})
+
+
+# Names people bring from other toolkits, mapped to ours.
+ATTENTION_ALIASES = {
+    "general": "bilinear",
+    "multiplicative": "bilinear",
+    "additive": "concat",
+    "mlp": "concat",
+    "bahdanau": "concat",
+    "luong": "dot",
+    "scaled": "scaled_dot",
+}
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel corpus is and how it is cleaned and batched."""
+
+    dir: str = "data/multi30k"  # NMT_DATA_DIR overrides it; --set overrides both
+    format: Literal["text", "tsv", "jsonl", "hub"] = "text"
+    src_lang: str = "en"
+    tgt_lang: str = "fr"
+    # Split names. text: files {dir}/{split}.{lang}; tsv/jsonl: file {dir}/{split} (a path or
+    # URL, absolute or relative to dir); hub: split names of the dataset `hub_name`.
+    train: str = "train"
+    valid: str = "val"
+    test: tuple[str, ...] = ("test_2016_flickr",)
+    # Fields that hold the two sides in jsonl rows / hub rows (a "translation" dict field
+    # is understood too: see data.py).
+    src_field: str = "en"
+    tgt_field: str = "fr"
+    hub_name: str | None = None
+    hub_config: str | None = None
+    # Fetch missing files from a known public source: "multi30k" or none.
+    download: Literal["multi30k", "none"] = "none"
+    max_len: int = _opt(100, min=1, help="longest subword sequence kept, either side")
+    max_len_ratio: float = _opt(
+        3.0, min=1.0, help="longest/shortest side, above it a pair is dropped"
+    )
+    lowercase: bool = False
+    cache: bool = True
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """The sentencepiece model trained on the training split."""
+
+    type: Literal["bpe", "unigram"] = "bpe"
+    vocab_size: int = _opt(8000, min=16)
+    joint: bool = True
+    character_coverage: float = _opt(1.0, min=0.9, max=1.0)
+    input_sentence_size: int = _opt(0, min=0, help="sentences sampled to train on; 0 = all")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Bidirectional-RNN encoder and attention decoder."""
+
+    cell: Literal["gru", "lstm"] = "gru"
+    emb_size: int = _opt(256, min=1)
+    enc_hidden: int = _opt(256, min=1, help="per direction")
+    enc_layers: int = _opt(1, min=1)
+    dec_hidden: int = _opt(512, min=1)
+    dec_layers: int = _opt(1, min=1)
+    attention: Literal["dot", "scaled_dot", "bilinear", "concat"] = "concat"
+    attention_size: int | None = _opt(None, min=1, help="concat's hidden size; default dec_hidden")
+    decoder: Literal["bahdanau", "luong"] = "bahdanau"
+    input_feeding: bool = False
+    bridge: Literal["none", "linear"] = "linear"
+    dropout: float = _opt(0.3, min=0.0, max=0.95)
+    tie_embeddings: bool = True  # decoder input embedding = output layer weight
+    share_embeddings: bool = False  # source embedding = target embedding (joint vocab only)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation, precision, stopping, validation and checkpoints."""
+
+    seed: int = 1
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    threads: int | None = _opt(None, min=1, help="CPU threads for torch; default all cores")
+    batch_size: int = _opt(64, min=1, help="most sentences in a batch")
+    batch_tokens: int | None = _opt(None, min=1, help="most padded tokens in a batch (either side)")
+    accum_steps: int = _opt(1, min=1)
+    max_steps: int = _opt(0, min=0, help="0 = no limit")
+    max_epochs: int = _opt(30, min=0, help="0 = no limit")
+    max_minutes: float | None = _opt(None, min=0.0)
+    optimizer: Literal["adam", "adamw"] = "adam"
+    lr: float = _opt(1e-3, min=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = _opt(0.0, min=0.0)
+    schedule: Literal["constant", "inverse_sqrt", "linear", "cosine", "plateau"] = "constant"
+    warmup_steps: int = _opt(0, min=0)
+    plateau_factor: float = _opt(0.5, min=0.0, max=1.0)
+    plateau_patience: int = _opt(2, min=0)
+    min_lr: float = _opt(0.0, min=0.0)
+    label_smoothing: float = _opt(0.1, min=0.0, max=1.0)
+    clip_norm: float | None = _opt(1.0, min=0.0)
+    valid_every: int = _opt(0, min=0, help="validate every N steps; 0 = at the end of each epoch")
+    valid_metric: Literal["bleu", "loss"] = "bleu"
+    patience: int = _opt(0, min=0, help="early stopping after N validations without gain; 0 = off")
+    log_every: int = _opt(50, min=1)
+    keep_last: int = _opt(3, min=1)
+    max_skipped_steps: int = _opt(100, min=1, help="fp16: stop after N consecutive skipped steps")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Greedy / beam search settings for validation, `nmt translate` and `nmt eval`."""
+
+    beam: int = _opt(5, min=1)
+    length_penalty: Literal["none", "average", "gnmt"] = "gnmt"
+    alpha: float = _opt(0.6, min=0.0)
+    max_len_ratio: float = _opt(2.0, min=0.0)
+    max_len_const: int = _opt(10, min=0)
+    min_len: int = _opt(0, min=0)
+    batch_size: int = _opt(64, min=1)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where a run writes: resolved config, tokenizer, logs, checkpoints."""
+
+    dir: str | None = None  # default runs/<config file name>
+    tensorboard: bool = True
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str = "nmt"
+    data: DataConfig = DataConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    decode: DecodeConfig = DecodeConfig()
+    run: RunConfig = RunConfig()
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.dir if self.run.dir is not None else Path("runs") / self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+def _plain(value: Any) -> Any:
+    """Tuples to lists, recursively, so YAML/JSON stay plain."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in options) + " or null"
+    if origin is tuple:
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {_type_name(args[0])}"
+        return f"a list of {len(args)} " + "/".join(_type_name(a) for a in args)
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
+_MISSING = object()
+# What each scalar type accepts from YAML (bool is an int in Python, so it is kept apart).
+_SCALARS: dict[Any, tuple[type, ...]] = {
+    bool: (bool,),
+    int: (int,),
+    float: (int, float),
+    str: (str, int, float),
+}
+
+
+def _coerce(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
+    """Check `value` against type `tp`; return the converted value or _MISSING."""
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        sub: list[str] = []
+        for a in options:
+            out = _coerce(value, a, path, sub)
+            if out is not _MISSING:
+                return out
+        problems.append(f"{path}: expected {_type_name(tp)}, got {value!r}")
+        return _MISSING
+    if origin is Literal:
+        choices = get_args(tp)
+        if isinstance(value, str) and value.lower() in choices:
+            return value.lower()
+        problems.append(f"{path}: {value!r} is not allowed; expected one of {', '.join(choices)}")
+        return _MISSING
+    if origin is tuple:
+        args = get_args(tp)
+        if isinstance(value, str) and len(args) == 2 and args[1] is Ellipsis:
+            value = (value,)  # a single split name is a list of one
+        if not isinstance(value, (list, tuple)):
+            problems.append(f"{path}: expected {_type_name(tp)}, got {value!r}")
+            return _MISSING
+        item_types = [args[0]] * len(value) if args[1:] == (Ellipsis,) else list(args)
+        if len(item_types) != len(value):
+            problems.append(f"{path}: expected {_type_name(tp)}, got {len(value)} items")
+            return _MISSING
+        items = [
+            _coerce(v, t, f"{path}[{i}]", problems)
+            for i, (v, t) in enumerate(zip(value, item_types, strict=True))
+        ]
+        return _MISSING if any(i is _MISSING for i in items) else tuple(items)
+    accepts = _SCALARS.get(tp)
+    bool_mixup = isinstance(value, bool) and tp is not bool
+    if accepts is not None and isinstance(value, accepts) and not bool_mixup:
+        return tp(value)
+    problems.append(f"{path}: expected {_type_name(tp)}, got {value!r}")
+    return _MISSING
+
+
+def _build(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
+    """Build dataclass `cls` from a mapping, collecting problems instead of raising."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        problems.append(f"{path or 'config'}: expected a mapping of keys, got {raw!r}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), fields, n=1, cutoff=0.6)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            allowed = ", ".join(fields)
+            problems.append(f"{key_path}: unknown key{hint}; known keys: {allowed}")
+            continue
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = _build(typing.cast(type, tp), value, key_path, problems)
+            continue
+        if key == "attention" and isinstance(value, str):
+            value = ATTENTION_ALIASES.get(value.lower(), value)
+        out = _coerce(value, tp, key_path, problems)
+        if out is _MISSING:
+            continue
+        meta = fields[key].metadata
+        lo, hi = meta.get("min"), meta.get("max")
+        if isinstance(out, (int, float)) and not isinstance(out, bool):
+            if lo is not None and out < lo:
+                problems.append(f"{key_path}: {out} is below the minimum {lo}")
+                continue
+            if hi is not None and out > hi:
+                problems.append(f"{key_path}: {out} is above the maximum {hi}")
+                continue
+        kwargs[key] = out
+    return cls(**kwargs)
+
+
+def _cross_checks(cfg: Config) -> list[str]:
+    """Rules that involve more than one key."""
+    problems = []
+    m, d = cfg.model, cfg.data
+    if m.share_embeddings and not cfg.tokenizer.joint:
+        problems.append("model.share_embeddings: needs tokenizer.joint: true (one vocabulary)")
+    if m.input_feeding and m.decoder != "luong":
+        problems.append("model.input_feeding: only the luong decoder feeds its output back")
+    if d.format == "hub" and not d.hub_name:
+        problems.append("data.hub_name: required when data.format is 'hub'")
+    if cfg.train.max_steps == 0 and cfg.train.max_epochs == 0 and cfg.train.max_minutes is None:
+        problems.append("train: set at least one of max_steps, max_epochs, max_minutes")
+    dev = cfg.train.device
+    if dev not in ("auto", "cpu", "cuda") and not (dev.startswith("cuda:") and dev[5:].isdigit()):
+        problems.append(f"train.device: {dev!r} is not allowed; expected auto, cpu, cuda or cuda:N")
+    return problems
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b=value` -> (["a", "b"], value parsed as YAML)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError([f"--set {text!r}: expected KEY=VALUE, e.g. train.lr=0.0005"], "--set")
+    parts = key.strip().split(".")
+    if any(not p for p in parts):
+        raise ConfigError([f"--set {text!r}: malformed key {key!r}"], "--set")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        parsed = value
+    return parts, parsed
+
+
+def _apply(raw: dict[str, Any], parts: list[str], value: Any) -> None:
+    node = raw
+    for p in parts[:-1]:
+        child = node.get(p)
+        if not isinstance(child, dict):
+            child = {}
+            node[p] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def config_from_dict(
+    raw: dict[str, Any],
+    overrides: Sequence[str] = (),
+    source: str = "config",
+) -> Config:
+    """Validate a plain mapping (plus `--set` overrides) into a `Config`."""
+    raw = dict(raw)
+    for text in overrides:
+        parts, value = parse_override(text)
+        _apply(raw, parts, value)
+    problems: list[str] = []
+    cfg = _build(Config, raw, "", problems)
+    if not problems:
+        problems = _cross_checks(cfg)
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
+
+
+def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Config:
+    """Read a YAML config; `NMT_DATA_DIR` overrides data.dir, `--set` overrides both."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"file not found: {path}"], str(path)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError([f"cannot read: {e}"], str(path)) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError([f"{where}invalid YAML ({problem})"], str(path)) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(["expected a mapping of sections at the top level"], str(path))
+    raw.setdefault("name", path.stem)
+    env_dir = os.environ.get(DATA_DIR_ENV)
+    if env_dir:
+        data = raw.get("data")
+        raw["data"] = {**(data if isinstance(data, dict) else {}), "dir": env_dir}
+    return config_from_dict(raw, overrides, str(path))

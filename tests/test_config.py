@@ -1,0 +1,165 @@
+"""Config loading: each kind of error, overrides, the data-dir environment variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from nmt.config import (
+    DATA_DIR_ENV,
+    Config,
+    ConfigError,
+    config_from_dict,
+    load_config,
+    parse_override,
+)
+
+
+def problems_of(raw: dict, overrides: tuple[str, ...] = ()) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw, list(overrides))
+    return info.value.problems
+
+
+def test_defaults_are_a_valid_config():
+    cfg = config_from_dict({})
+    assert cfg == Config()
+    assert cfg.model.attention == "concat"
+
+
+def test_unknown_key_suggests_the_close_one():
+    (problem,) = problems_of({"model": {"atention": "dot"}})
+    assert problem.startswith("model.atention: unknown key (did you mean 'attention'?)")
+
+
+def test_unknown_section_is_reported():
+    (problem,) = problems_of({"trian": {}})
+    assert "trian: unknown key (did you mean 'train'?)" in problem
+
+
+def test_wrong_type_names_path_and_expectation():
+    (problem,) = problems_of({"train": {"lr": "fast"}})
+    assert problem == "train.lr: expected a number, got 'fast'"
+
+
+def test_bool_is_not_an_integer():
+    (problem,) = problems_of({"train": {"max_steps": True}})
+    assert problem.startswith("train.max_steps: expected an integer")
+
+
+def test_out_of_range_number():
+    (problem,) = problems_of({"model": {"dropout": 1.5}})
+    assert problem == "model.dropout: 1.5 is above the maximum 0.95"
+
+
+def test_invalid_choice_lists_the_allowed_ones():
+    (problem,) = problems_of({"model": {"attention": "cosine"}})
+    assert "model.attention: 'cosine' is not allowed" in problem
+    assert "dot, scaled_dot, bilinear, concat" in problem
+
+
+def test_all_problems_are_reported_together():
+    found = problems_of(
+        {"model": {"atention": "dot", "cell": "rnn"}, "train": {"lr": "x", "max_steps": -1}}
+    )
+    assert len(found) == 4
+    assert {p.split(":")[0] for p in found} == {
+        "model.atention",
+        "model.cell",
+        "train.lr",
+        "train.max_steps",
+    }
+
+
+@pytest.mark.parametrize(
+    ("alias", "canonical"),
+    [
+        ("general", "bilinear"),
+        ("multiplicative", "bilinear"),
+        ("additive", "concat"),
+        ("mlp", "concat"),
+        ("bahdanau", "concat"),
+        ("scaled_dot", "scaled_dot"),
+        ("DOT", "dot"),
+    ],
+)
+def test_attention_aliases(alias, canonical):
+    assert config_from_dict({"model": {"attention": alias}}).model.attention == canonical
+
+
+def test_cross_checks():
+    found = problems_of({"model": {"input_feeding": True, "decoder": "bahdanau"}})
+    assert found[0].startswith("model.input_feeding:")
+    found = problems_of({"train": {"device": "tpu"}})
+    assert found[0].startswith("train.device:")
+
+
+def test_list_and_tuple_fields():
+    cfg = config_from_dict({"data": {"test": "test_2016_flickr"}, "train": {"betas": [0.9, 0.98]}})
+    assert cfg.data.test == ("test_2016_flickr",)
+    assert cfg.train.betas == (0.9, 0.98)
+    (problem,) = problems_of({"train": {"betas": [0.9]}})
+    assert problem.startswith("train.betas: expected a list of 2")
+
+
+@pytest.mark.parametrize(
+    ("text", "parts", "value"),
+    [
+        ("train.lr=0.0005", ["train", "lr"], 0.0005),
+        ("model.attention=dot", ["model", "attention"], "dot"),
+        ("train.max_minutes=null", ["train", "max_minutes"], None),
+        ("model.input_feeding=true", ["model", "input_feeding"], True),
+        ("data.test=[a, b]", ["data", "test"], ["a", "b"]),
+        ("run.dir=runs/x=y", ["run", "dir"], "runs/x=y"),
+    ],
+)
+def test_parse_override(text, parts, value):
+    assert parse_override(text) == (parts, value)
+
+
+@pytest.mark.parametrize("bad", ["train.lr", "=3", "train..lr=1"])
+def test_malformed_override(bad):
+    with pytest.raises(ConfigError):
+        parse_override(bad)
+
+
+def test_overrides_are_type_checked_like_the_file():
+    cfg = config_from_dict({}, ["train.lr=0.01", "model.attention=general"])
+    assert cfg.train.lr == 0.01
+    assert cfg.model.attention == "bilinear"
+    (problem,) = problems_of({}, ["train.max_steps=many"])
+    assert problem.startswith("train.max_steps: expected an integer")
+    (problem,) = problems_of({}, ["train.lrr=1"])
+    assert "did you mean 'lr'" in problem
+
+
+def test_load_config_file_env_and_override_precedence(tmp_path, monkeypatch):
+    path = tmp_path / "my_run.yaml"
+    path.write_text("data:\n  dir: from_file\nmodel:\n  attention: dot\n")
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    cfg = load_config(path)
+    assert cfg.name == "my_run"
+    assert str(cfg.run_dir) == "runs/my_run"
+    assert cfg.data.dir == "from_file"
+    monkeypatch.setenv(DATA_DIR_ENV, "from_env")
+    assert load_config(path).data.dir == "from_env"
+    assert load_config(path, ["data.dir=from_set"]).data.dir == "from_set"
+
+
+def test_load_config_reports_file_problems(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("just a string\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(scalar)
+
+
+def test_resolved_config_round_trips_through_yaml():
+    import yaml
+
+    cfg = config_from_dict({"model": {"attention": "dot"}, "data": {"test": ["a", "b"]}})
+    assert config_from_dict(yaml.safe_load(cfg.to_yaml())) == cfg
