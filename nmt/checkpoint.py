@@ -10,6 +10,7 @@ to translate (resolved config, the tokenizer models themselves, vocabulary sizes
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 FORMAT_VERSION = 1
 LATEST_LINK = Path("runs") / "latest"
+# Files a finished or interrupted run leaves; their presence means "this run exists".
+RUN_MARKERS = ("last.pt", "best.pt", "metrics.jsonl")
 
 
 class CheckpointError(NmtError):
@@ -132,3 +135,49 @@ def load_for_inference(model: str | Path | None, device: str | torch.device = "c
     net.load_state_dict(state["model"])
     net.to(device).eval()
     return Loaded(config=cfg, tokenizer=tokenizer, model=net, state=state, path=path)
+
+
+class RunFiles:
+    """The run directory: refuses to clobber a finished run, keeps the last k checkpoints."""
+
+    def __init__(self, run_dir: Path, keep_last: int) -> None:
+        self.dir = run_dir
+        self.keep_last = keep_last
+
+    def claim(self, *, resume: bool, overwrite: bool) -> None:
+        existing = [m for m in RUN_MARKERS if (self.dir / m).exists()]
+        if resume:
+            if not (self.dir / "last.pt").is_file():
+                raise NmtError(
+                    f"{self.dir}: nothing to resume (no last.pt); train without --resume"
+                )
+            return
+        if existing and not overwrite:
+            raise NmtError(
+                f"{self.dir}: a run already exists here ({', '.join(existing)}); "
+                "continue it with --resume, or start over with --overwrite"
+            )
+        if overwrite and self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def save(self, state: dict[str, Any], *, step: int, best: bool) -> None:
+        """Write last.pt atomically; best.pt and step-N.pt are hard links to the same bytes
+        (a later atomic replace of last.pt leaves them pointing at the old file)."""
+        last = self.dir / "last.pt"
+        save_checkpoint(state, last)
+        for name in [f"step-{step}.pt"] + (["best.pt"] if best else []):
+            self._link(last, self.dir / name)
+        steps = sorted(self.dir.glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
+        for old in steps[: -self.keep_last]:
+            old.unlink()
+
+    @staticmethod
+    def _link(src: Path, dst: Path) -> None:
+        tmp = dst.with_name(f".{dst.name}.link")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:  # file systems without hard links
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)

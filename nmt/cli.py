@@ -75,3 +75,50 @@ def check_config(config: ConfigArg, set_: SetOpt = None) -> None:
     """
     cfg = _load(config, set_)
     sys.stdout.write(cfg.to_yaml())
+
+
+@app.command()
+def prepare(config: ConfigArg, set_: SetOpt = None) -> None:
+    """Train (or reuse) the tokenizer and cache the tokenized data; report what was kept.
+
+    Example: NMT_DATA_DIR=../shared/data/multi30k nmt prepare configs/multi30k_en_fr.yaml
+    """
+    cfg = _load(config, set_)
+
+    def run() -> None:
+        from nmt.data import prepare as prepare_data
+
+        prepared = prepare_data(cfg, log=typer.echo)
+        for line in prepared.report_lines():
+            typer.echo(line)
+
+    _guard(run)
+
+
+@app.command()
+def train(
+    config: ConfigArg,
+    set_: SetOpt = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run in run.dir from its last.pt.")
+    ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Delete an existing run in run.dir and start over.")
+    ] = False,
+) -> None:
+    """Train a model: tokenizer, batches, training, validation BLEU, checkpoints in run.dir.
+
+    Example: nmt train configs/tiny.yaml --set model.attention=dot --set train.max_steps=200
+    Ctrl-C saves a checkpoint; `--resume` continues exactly where it stopped.
+    Several GPUs or machines: torchrun --nproc_per_node 2 -m nmt train CONFIG
+    """
+    if resume and overwrite:
+        _fail("--resume and --overwrite exclude each other")
+    cfg = _load(config, set_)
+
+    def run() -> None:
+        from nmt.train import fit
+
+        fit(cfg, resume=resume, overwrite=overwrite, log=typer.echo, config_path=str(config))
+
+    _guard(run)

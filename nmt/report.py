@@ -1,0 +1,100 @@
+"""What a training run reports: metrics.jsonl, TensorBoard, and the progress display."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from nmt.config import Config
+
+
+class Reporter:
+    """metrics.jsonl, TensorBoard scalars/images and the progress display (rank 0 only)."""
+
+    def __init__(
+        self, cfg: Config, total_steps: int | None, log: Callable[[str], None], enabled: bool
+    ) -> None:
+        self.enabled = enabled
+        self.log = log
+        self.metrics = None
+        self.writer = None
+        self.progress = None
+        if not enabled:
+            return
+        self.metrics = (cfg.run_dir / "metrics.jsonl").open("a", encoding="utf-8")
+        if cfg.run.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(cfg.run_dir / "tensorboard"))
+        if sys.stderr.isatty():
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.progress = Progress(
+                TextColumn("epoch {task.fields[epoch]} step {task.completed}"),
+                BarColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                transient=False,
+            )
+            self.task = self.progress.add_task("train", total=total_steps, epoch=0, info="")
+            self.progress.start()
+
+    def advance(self, step: int, epoch: int) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=step, epoch=epoch + 1)
+
+    def record(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        assert self.metrics is not None
+        self.metrics.write(json.dumps(row) + "\n")
+        self.metrics.flush()
+        if self.writer is not None:
+            for key, value in row.items():
+                if key not in ("step", "epoch") and isinstance(value, (int, float)):
+                    group = "valid" if key.startswith("val_") else "train"
+                    self.writer.add_scalar(f"{group}/{key}", value, row["step"])
+        parts = [f"{k}={_fmt(v)}" for k, v in row.items() if k not in ("step", "epoch")]
+        line = " ".join(parts)
+        if self.progress is not None:
+            self.progress.update(self.task, info=line)
+            if "val_loss" in row:
+                self.progress.console.print(f"step {row['step']}: {line}")
+        else:
+            self.log(f"epoch {row['epoch'] + 1} step {row['step']}: {line}")
+
+    def attention_image(self, weights: torch.Tensor, step: int) -> None:
+        """The attention of a fixed validation sentence, (T, S), as a grayscale image."""
+        if self.writer is not None:
+            self.writer.add_image("valid/attention", weights.unsqueeze(0), step, dataformats="CHW")
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        if self.writer is not None:
+            self.writer.close()
+        if self.metrics is not None:
+            self.metrics.close()
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
