@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,20 +74,30 @@ class Position:
     skipped_steps: int = 0  # fp16 updates skipped for inf/NaN gradients
 
 
-@dataclass
 class Stats:
     """Running sums between two log lines, kept on the device (no sync per step)."""
 
-    device: torch.device
-    loss: torch.Tensor = field(init=False)
-    tokens: int = 0
-    grad_norm: torch.Tensor = field(init=False)
-    updates: int = 0
-    started: float = field(default_factory=time.perf_counter)
+    def __init__(self, device: torch.device) -> None:
+        zero = torch.zeros((), device=device)
+        self.loss = zero.clone()
+        self.grad_norm = zero.clone()
+        self.skips = zero.clone()  # fp16 updates skipped since the last read
+        self.run_of_skips = zero.clone()  # ... in a row, up to now
+        self.most_skips = zero.clone()  # longest such run since the last read
+        self.tokens = 0
+        self.updates = 0
+        self.started = time.perf_counter()
 
-    def __post_init__(self) -> None:
-        self.loss = torch.zeros((), device=self.device)
-        self.grad_norm = torch.zeros((), device=self.device)
+    def add(self, loss: torch.Tensor, grad_norm: torch.Tensor, tokens: int) -> None:
+        # A non-finite norm is exactly an update the fp16 GradScaler skipped.
+        finite = torch.isfinite(grad_norm)
+        self.loss += loss
+        self.grad_norm += torch.where(finite, grad_norm, 0.0)
+        self.skips += ~finite
+        self.run_of_skips = (self.run_of_skips + 1) * ~finite
+        torch.maximum(self.most_skips, self.run_of_skips, out=self.most_skips)
+        self.tokens += tokens
+        self.updates += 1
 
 
 def update(
@@ -334,8 +344,6 @@ def _fit(
 
     reporter = Reporter(cfg, total_steps, log, enabled=ctx.is_main)
     stats = Stats(device)
-    consecutive_skips = torch.zeros((), device=device, dtype=torch.long)
-    most_skips = torch.zeros((), device=device, dtype=torch.long)
     started = time.monotonic()
     stopped_by = ""
     sample = prepared.valid.src_ids[0] if len(prepared.valid.src_ids) else None
@@ -367,6 +375,29 @@ def _fit(
             torch.distributed.broadcast(stop, src=0)
         return bool(stop.item())
 
+    def out_of_time() -> bool:
+        """The wall-clock budget, decided by rank 0 so that every rank stops together."""
+        if tc.max_minutes is None:
+            return False
+        over = torch.tensor(time.monotonic() - started > tc.max_minutes * 60, device=device)
+        if ctx.enabled:
+            torch.distributed.broadcast(over, src=0)
+        return bool(over.item())
+
+    def check_skipped_steps() -> None:
+        """fp16: count updates the scaler skipped; stop when too many come in a row."""
+        if precision != "fp16":
+            return
+        most = int(stats.most_skips.item())
+        pos.skipped_steps += int(stats.skips.item())
+        stats.skips.zero_()
+        stats.most_skips.zero_()
+        if most >= tc.max_skipped_steps:
+            raise NmtError(
+                f"{most} fp16 updates in a row had inf/NaN gradients and were skipped: "
+                "lower train.lr, or use train.precision bf16 or fp32"
+            )
+
     net.train()
     try:
         while not stopped_by:
@@ -377,7 +408,8 @@ def _fit(
             groups = [
                 batches[i : i + tc.accum_steps] for i in range(0, len(batches), tc.accum_steps)
             ]
-            for group_rows in groups[pos.batch_in_epoch // tc.accum_steps :]:
+            todo = groups[pos.batch_in_epoch // tc.accum_steps :]
+            for k, group_rows in enumerate(todo):
                 group = [
                     collate(
                         [train.src_ids[r] for r in rows], [train.tgt_ids[r] for r in rows], rows
@@ -397,38 +429,29 @@ def _fit(
                 schedule.step()
                 pos.step += 1
                 pos.batch_in_epoch += len(group)
-                stats.loss += loss
-                stats.tokens += sum(b.n_tgt_tokens for b in group)
-                stats.updates += 1
-                finite = torch.isfinite(grad_norm)
-                stats.grad_norm += torch.where(finite, grad_norm, 0.0)
-                if precision == "fp16":  # a non-finite norm is exactly a skipped step
-                    consecutive_skips = (consecutive_skips + 1) * (~finite)
-                    most_skips = torch.maximum(most_skips, consecutive_skips)
+                stats.add(loss, grad_norm, sum(b.n_tgt_tokens for b in group))
                 reporter.advance(pos.step, pos.epoch)
-                if pos.step % tc.log_every == 0:
-                    if precision == "fp16":
-                        pos.skipped_steps += int(most_skips.item())
-                        if most_skips.item() >= tc.max_skipped_steps:
-                            raise NmtError(
-                                f"{tc.max_skipped_steps} fp16 steps in a row had inf/NaN "
-                                "gradients: lower train.lr or use precision bf16/fp32"
-                            )
-                        most_skips.zero_()
-                    reporter.record(_flush(stats, pos, schedule.lr))
-                if tc.valid_every and pos.step % tc.valid_every == 0 and validate_and_save():
-                    stopped_by = "early stopping"
+                log_now = pos.step % tc.log_every == 0
                 if tc.max_steps and pos.step >= tc.max_steps:
-                    stopped_by = stopped_by or "max_steps"
-                if tc.max_minutes is not None and time.monotonic() - started > tc.max_minutes * 60:
+                    stopped_by = "max_steps"
+                if log_now and out_of_time():
                     stopped_by = stopped_by or "max_minutes"
+                validate_now = bool(
+                    stopped_by
+                    or (tc.valid_every and pos.step % tc.valid_every == 0)
+                    or (not tc.valid_every and k == len(todo) - 1)
+                )
+                if log_now or validate_now:
+                    check_skipped_steps()
+                if log_now and not validate_now:  # a validation row carries the train figures
+                    reporter.record(_flush(stats, pos, schedule.lr))
+                if validate_now and validate_and_save():
+                    stopped_by = stopped_by or "early stopping"
                 if stopped_by:
                     break
             else:
                 pos.epoch += 1
                 pos.batch_in_epoch = 0
-                if not tc.valid_every and validate_and_save():
-                    stopped_by = "early stopping"
         if validated_at != pos.step:
             validate_and_save()
     except KeyboardInterrupt:
@@ -455,15 +478,11 @@ def _fit(
 def _flush(stats: Stats, pos: Position, lr: float) -> dict[str, Any]:
     """Read the device-side sums (the one sync) into a metrics row and reset them."""
     elapsed = time.perf_counter() - stats.started
-    updates = max(stats.updates, 1)
-    row: dict[str, Any] = {
-        "step": pos.step,
-        "epoch": pos.epoch,
-        "loss": stats.loss.item() / max(stats.tokens, 1),
-        "lr": lr,
-        "tokens_per_s": stats.tokens / elapsed if elapsed > 0 else 0.0,
-        "grad_norm": stats.grad_norm.item() / updates,
-    }
+    row: dict[str, Any] = {"step": pos.step, "epoch": pos.epoch, "lr": lr}
+    if stats.updates:  # none when a resumed run validates before its first update
+        row["loss"] = stats.loss.item() / max(stats.tokens, 1)
+        row["tokens_per_s"] = stats.tokens / elapsed if elapsed > 0 else 0.0
+        row["grad_norm"] = stats.grad_norm.item() / stats.updates
     if pos.skipped_steps:
         row["skipped_steps"] = pos.skipped_steps
     stats.loss.zero_()
