@@ -1,0 +1,337 @@
+"""Greedy and beam search: decode batches of sentences with `encode`, `init_state` and `step`.
+
+Both searches are batched over sentences and keep no per-sentence Python in the step loop:
+one tensor holds every live hypothesis, finished ones are set aside, and sentences leave the
+batch as soon as they are done, so the work per step shrinks as the batch finishes. The
+encoder (and its attention key projections) runs once per batch; beam search expands its
+output K times with one `select`. The functions use nothing of the model but `encode`,
+`init_state`, `step` and the `select` of what those return, so tests can decode hand-made
+log-probability tables.
+
+Conventions shared by both functions:
+
+- Log-probabilities are taken in float32 whatever the model's dtype. PAD and BOS are never
+  produced; EOS is forbidden while a hypothesis has fewer than `min_len` tokens.
+- Length limit per sentence: `floor(max_len_ratio * src_len + max_len_const)` tokens (at least
+  1), where `src_len` counts the source as the model sees it, its EOS included. A hypothesis
+  that reaches the limit stops there (`finished=False`, no EOS).
+- A hypothesis's length, for length normalisation, counts its tokens plus the EOS it ended
+  with; its `logprob` is the sum of the log-probabilities of those tokens.
+- The result for a sentence depends only on that sentence: no quantity is shared across the
+  rows of the batch, so decoding a sentence alone or among others of any length gives the
+  same output (given a model whose rows do not interact, which packing and masks ensure).
+
+Shape legend: B sentences, Ba sentences still being decoded, K beam size, S source length,
+V target vocabulary, t tokens decoded so far.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import torch
+from torch import Tensor
+
+from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+if TYPE_CHECKING:
+    from nmt.model import Seq2Seq
+
+LengthPenalty = Literal["none", "average", "gnmt"]
+
+
+@dataclass
+class Hypothesis:
+    """One output of the search for one sentence."""
+
+    tokens: list[int]  # target ids, without BOS/EOS
+    score: float  # what hypotheses are ranked by: `logprob` under the length penalty
+    logprob: float  # sum of the log-probabilities of the tokens and the final EOS
+    attention: Tensor  # (T, S_real) float32 on the CPU; T = len(tokens) + 1 if finished
+    finished: bool  # True: ended with EOS; False: stopped by the length limit
+
+
+@dataclass
+class SearchResult:
+    """Per sentence, in input order, its hypotheses best first (n-best, at least one)."""
+
+    hypotheses: list[list[Hypothesis]] = field(default_factory=list)
+
+    @property
+    def best(self) -> list[Hypothesis]:
+        return [hyps[0] for hyps in self.hypotheses]
+
+
+def normalise(logprob: float, length: int, *, length_penalty: LengthPenalty, alpha: float) -> float:
+    """The score a hypothesis of `length` tokens (EOS included) is ranked by.
+
+    none: the log-probability itself (favours short outputs); average: per token; gnmt:
+    divided by ((5 + length) / 6) ** alpha (Wu et al. 2016).
+    """
+    if length_penalty == "none":
+        return logprob
+    if length_penalty == "average":
+        return logprob / length
+    if length_penalty == "gnmt":
+        return logprob / ((5 + length) / 6) ** alpha
+    raise ValueError(
+        f"decode.length_penalty: unknown {length_penalty!r}; expected none, average or gnmt"
+    )
+
+
+def max_lengths(src_lens: Tensor, *, max_len_ratio: float, max_len_const: int) -> Tensor:
+    """(B,) most tokens each sentence may produce, on the CPU (the loop compares on the host)."""
+    limits = (src_lens.cpu().double() * max_len_ratio + max_len_const).floor().long()
+    return limits.clamp(min=1)
+
+
+def _log_probs(logits: Tensor, t: int, min_len: int) -> Tensor:
+    """(N, V) logits of step t -> float32 log-probabilities with the forbidden tokens at -inf."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp[:, PAD_ID] = -math.inf
+    logp[:, BOS_ID] = -math.inf
+    if t < min_len:
+        logp[:, EOS_ID] = -math.inf
+    return logp
+
+
+@dataclass
+class _Ended:
+    """Hypotheses that ended at one step (on the CPU): the rows of several sentences."""
+
+    sentence: Tensor  # (n,) index of the sentence in the batch
+    tokens: Tensor  # (n, t+1) the tokens, the last one EOS when `eos`
+    attention: Tensor  # (n, t+1, S)
+    eos: bool
+    logprob: Tensor  # (n,)
+
+
+def _collect(
+    ended: list[_Ended],
+    src_lens: Tensor,
+    *,
+    nbest: int,
+    length_penalty: LengthPenalty,
+    alpha: float,
+) -> SearchResult:
+    """Sort each sentence's ended hypotheses by normalised score and keep the n best."""
+    lens = src_lens.tolist()
+    per: list[list[Hypothesis]] = [[] for _ in lens]
+    for chunk in ended:
+        length = chunk.tokens.size(1)
+        n_tokens = length - 1 if chunk.eos else length
+        for s, toks, attn, lp in zip(
+            chunk.sentence.tolist(),
+            chunk.tokens.tolist(),
+            chunk.attention,
+            chunk.logprob.tolist(),
+            strict=True,
+        ):
+            if lp == -math.inf:  # a padding beam that never held a real hypothesis
+                continue
+            score = normalise(lp, length, length_penalty=length_penalty, alpha=alpha)
+            per[s].append(
+                Hypothesis(
+                    tokens=toks[:n_tokens],
+                    score=score,
+                    logprob=lp,
+                    attention=attn[:, : lens[s]],
+                    finished=chunk.eos,
+                )
+            )
+    result = SearchResult()
+    for s, hyps in enumerate(per):
+        # Stable: equal scores keep the order they ended in (earlier and better-ranked first).
+        hyps.sort(key=lambda h: -h.score)
+        if not hyps:  # only when every token was forbidden at every step (tiny test vocabularies)
+            empty = torch.zeros(0, lens[s])
+            hyps = [Hypothesis([], -math.inf, -math.inf, empty, finished=False)]
+        result.hypotheses.append(hyps[:nbest])
+    return result
+
+
+def greedy(
+    model: Seq2Seq,
+    src: Tensor,
+    src_lens: Tensor,
+    *,
+    max_len_ratio: float,
+    max_len_const: int,
+    min_len: int,
+) -> SearchResult:
+    """Decode a batch by taking the most probable token at each step.
+
+    src (B, S) int64 source ids ending in EOS, padded with PAD; src_lens (B,) int64.
+    Returns one hypothesis per sentence; its `score` is its log-probability.
+    """
+    with torch.inference_mode():
+        device = src.device
+        B, S = src.shape
+        enc = model.encode(src, src_lens)
+        state = model.init_state(enc)
+        limits = max_lengths(src_lens, max_len_ratio=max_len_ratio, max_len_const=max_len_const)
+        alive = torch.arange(B)  # (Ba,) CPU: which sentence each row decodes
+        prev = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
+        tokens = torch.zeros(B, 0, dtype=torch.long, device=device)  # (Ba, t)
+        attn_hist = torch.zeros(B, 0, S, device=device)  # (Ba, t, S)
+        logprob = torch.zeros(B, device=device)  # (Ba,)
+        ended: list[_Ended] = []
+        t = 0
+        while alive.numel():
+            logits, state, attn = model.step(prev, state, enc)  # (Ba, V), _, (Ba, S)
+            best_lp, best = _log_probs(logits, t, min_len).max(dim=-1)  # (Ba,), (Ba,)
+            logprob = logprob + best_lp
+            tokens = torch.cat([tokens, best.unsqueeze(1)], dim=1)  # (Ba, t+1)
+            attn_hist = torch.cat([attn_hist, attn.float().unsqueeze(1)], dim=1)  # (Ba, t+1, S)
+            is_eos = (best == EOS_ID).cpu()  # the step's one host sync
+            at_limit = t + 1 >= limits[alive]
+            for eos, rows in ((True, is_eos), (False, at_limit & ~is_eos)):
+                if rows.any():
+                    idx = rows.nonzero().squeeze(1)
+                    dev_idx = idx.to(device)
+                    ended.append(
+                        _Ended(
+                            sentence=alive[idx],
+                            tokens=tokens[dev_idx].cpu(),
+                            attention=attn_hist[dev_idx].cpu(),
+                            eos=eos,
+                            logprob=logprob[dev_idx].cpu(),
+                        )
+                    )
+            done = is_eos | at_limit
+            if done.any():
+                keep = (~done).nonzero().squeeze(1)
+                alive = alive[keep]
+                if not alive.numel():
+                    break
+                dev_keep = keep.to(device)
+                enc = enc.select(dev_keep)
+                state = state.select(dev_keep)
+                best, tokens = best[dev_keep], tokens[dev_keep]
+                attn_hist, logprob = attn_hist[dev_keep], logprob[dev_keep]
+            prev = best
+            t += 1
+    return _collect(ended, src_lens, nbest=1, length_penalty="none", alpha=0.0)
+
+
+def beam_search(
+    model: Seq2Seq,
+    src: Tensor,
+    src_lens: Tensor,
+    *,
+    beam: int,
+    nbest: int,
+    length_penalty: LengthPenalty,
+    alpha: float,
+    max_len_ratio: float,
+    max_len_const: int,
+    min_len: int,
+) -> SearchResult:
+    """Decode a batch keeping the `beam` most probable hypotheses of each sentence.
+
+    src (B, S) int64 source ids ending in EOS, padded with PAD; src_lens (B,) int64.
+    Returns the `nbest` best hypotheses per sentence, ranked by length-normalised score.
+
+    Each step takes the 2K best one-token extensions of a sentence's K live hypotheses (K
+    is `beam`). Those among the K best that end in EOS are set aside as finished; the K best
+    that do not end in EOS live on, so the beam never runs short. Live hypotheses compete on
+    their raw log-probability; finished ones are ranked by `normalise`. A sentence is done
+    when K hypotheses have finished or when it reaches its length limit, where its live
+    hypotheses are kept as unfinished candidates. (Stopping at K finished is the rule of
+    OpenNMT-py and fairseq: a later, longer hypothesis could still score better under a
+    length penalty, rarely enough that searching on costs more than it gains.)
+    """
+    if beam < 1:
+        raise ValueError(f"beam: expected at least 1, got {beam}")
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest: expected 1 to the beam size {beam}, got {nbest}")
+    K = beam
+    with torch.inference_mode():
+        device = src.device
+        B, S = src.shape
+        enc = model.encode(src, src_lens)
+        expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
+        state = model.init_state(enc).select(expand)
+        enc = enc.select(expand)
+        limits = max_lengths(src_lens, max_len_ratio=max_len_ratio, max_len_const=max_len_const)
+        n_ended = torch.zeros(B, dtype=torch.long)  # CPU: finished hypotheses per sentence
+        alive = torch.arange(B)  # (Ba,) CPU: which sentence each group of K rows decodes
+        # Only beam 0 is live at the start: K identical beams would fill the beam with copies.
+        scores = torch.full((B, K), -math.inf, device=device)  # (Ba, K) raw log-probs
+        scores[:, 0] = 0.0
+        prev = torch.full((B * K,), BOS_ID, dtype=torch.long, device=device)
+        tokens = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (Ba*K, t)
+        attn_hist = torch.zeros(B * K, 0, S, device=device)  # (Ba*K, t, S)
+        ended: list[_Ended] = []
+        t = 0
+        while True:
+            Ba = alive.numel()
+            logits, state, attn = model.step(prev, state, enc)  # (Ba*K, V), _, (Ba*K, S)
+            logp = _log_probs(logits, t, min_len)  # (Ba*K, V)
+            V = logp.size(1)
+            cand = (scores.view(-1, 1) + logp).view(Ba, K * V)  # (Ba, K*V)
+            C = min(2 * K, K * V)
+            top, idx = cand.topk(C, dim=1)  # (Ba, C), best first
+            token = idx % V
+            first_row = torch.arange(Ba, device=device).unsqueeze(1) * K  # (Ba, 1)
+            rows = first_row + torch.div(idx, V, rounding_mode="floor")  # (Ba, C) extended row
+            is_eos = token == EOS_ID
+            # At most K of the 2K candidates are EOS (one per beam), so K others always exist;
+            # ranking EOS after every other candidate picks the K best non-EOS in order.
+            order = torch.arange(C, device=device) + is_eos * C  # (Ba, C)
+            pick = order.topk(K, dim=1, largest=False).indices  # (Ba, K)
+            scores = top.gather(1, pick)  # (Ba, K)
+            new_rows = rows.gather(1, pick).view(-1)  # (Ba*K,)
+            new_tok = token.gather(1, pick).view(-1)  # (Ba*K,)
+            attn = attn.float()
+            tokens_next = torch.cat([tokens[new_rows], new_tok.unsqueeze(1)], dim=1)
+            attn_next = torch.cat([attn_hist[new_rows], attn[new_rows].unsqueeze(1)], dim=1)
+            # (Ba*K, t+1), (Ba*K, t+1, S)
+
+            eos_top = is_eos[:, :K] & top[:, :K].isfinite()  # (Ba, K)
+            eos_cpu = eos_top.cpu()  # the step's one host sync
+            if eos_cpu.any():
+                b, k = eos_cpu.nonzero(as_tuple=True)
+                r = rows[:, :K][b.to(device), k.to(device)]  # (n,) the beams EOS extends
+                eos_col = torch.full((r.numel(), 1), EOS_ID, dtype=torch.long, device=device)
+                ended.append(
+                    _Ended(
+                        sentence=alive[b],
+                        tokens=torch.cat([tokens[r], eos_col], dim=1).cpu(),
+                        attention=torch.cat([attn_hist[r], attn[r].unsqueeze(1)], dim=1).cpu(),
+                        eos=True,
+                        logprob=top[:, :K][b.to(device), k.to(device)].cpu(),
+                    )
+                )
+                n_ended[alive] += eos_cpu.sum(dim=1)
+            at_limit = t + 1 >= limits[alive]  # (Ba,)
+            if at_limit.any():
+                b = at_limit.nonzero().squeeze(1)
+                r = (b.to(device).unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+                ended.append(
+                    _Ended(
+                        sentence=alive[b].repeat_interleave(K),
+                        tokens=tokens_next[r].cpu(),
+                        attention=attn_next[r].cpu(),
+                        eos=False,
+                        logprob=scores.view(-1)[r].cpu(),
+                    )
+                )
+            done = at_limit | (n_ended[alive] >= K)  # (Ba,)
+            keep = (~done).nonzero().squeeze(1)
+            if not keep.numel():
+                break
+            if keep.numel() < Ba:
+                dev_keep = keep.to(device)
+                row_keep = (dev_keep.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+                alive = alive[keep]
+                enc = enc.select(row_keep)  # a sentence's K rows are equal: no reorder needed
+                scores = scores[dev_keep]
+                new_rows, new_tok = new_rows[row_keep], new_tok[row_keep]
+                tokens_next, attn_next = tokens_next[row_keep], attn_next[row_keep]
+            state = state.select(new_rows)  # reorder to the surviving beams and shrink at once
+            prev, tokens, attn_hist = new_tok, tokens_next, attn_next
+            t += 1
+    return _collect(ended, src_lens, nbest=nbest, length_penalty=length_penalty, alpha=alpha)
