@@ -64,6 +64,10 @@ class DataConfig:
     train: str = "train"
     valid: str = "val"
     test: tuple[str, ...] = ("test_2016_flickr",)
+    # Corpora shipped as one file (Tatoeba): with `valid: ""` / `test: []`, this many rows
+    # of the train split are held out (a fixed random sample) as the valid / test split.
+    valid_size: int = _opt(0, min=0, help="rows held out of train for validation if valid is ''")
+    test_size: int = _opt(0, min=0, help="rows held out of train for testing if test is []")
     # Fields that hold the two sides in jsonl rows / hub rows (a "translation" dict field
     # is understood too: see data.py).
     src_field: str = "en"
