@@ -1,0 +1,172 @@
+"""Attention scoring functions: small stateless modules sharing one call signature.
+
+Every scorer splits its work in two so that nothing about the source is recomputed per
+decoder step:
+
+- `project_keys(keys)` runs once per sentence on the encoder states (B, S, Dk) and returns
+  what the scorer compares queries against (B, S, Dp);
+- `forward(query, proj_keys, values, mask)` scores one step (query (B, Dq)) or all steps at
+  once (query (B, T, Dq), one batched matrix product: the fast path for decoders whose
+  queries do not depend on earlier attention).
+
+The modules keep no state between calls (Joey NMT stores `proj_keys` on the module, which
+breaks as soon as two batches are in flight, e.g. in beam search). Scores go through
+`masked_softmax`, which is safe under fp16/bf16 autocast.
+
+Shape legend: B batch, T target steps, S source length, Dq query size, Dk key (= encoder
+state) size, Dv value size, Dp projected key size, A the concat scorer's hidden size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """Softmax over the last dim of `scores` that gives exactly zero weight where `mask` is False.
+
+    `mask` is bool, True = real position, broadcastable to `scores`. The softmax runs in
+    float32 whatever the input dtype: masking with `-1e9` overflows fp16, and fp16/bf16
+    softmax loses precision. Masked scores are set to float32's minimum rather than `-inf`,
+    so a row with no real position gives zeros, not NaN. Returns float32 weights.
+    """
+    scores = scores.float().masked_fill(~mask, torch.finfo(torch.float32).min)
+    # exp(min - max) underflows to 0 for masked positions in any row that has a real one;
+    # the masked_fill makes it exact for rows that have none (uniform over pads otherwise).
+    return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
+
+
+class Attention(nn.Module):
+    """Base class of the scorers: turns scores into weights and a context vector."""
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """Prepare encoder states for scoring, once per sentence: (B, S, Dk) -> (B, S, Dp)."""
+        return keys
+
+    def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        """Unnormalised scores. query (B, T, Dq), proj_keys (B, S, Dp) -> (B, T, S)."""
+        raise NotImplementedError(f"{type(self).__name__} must define score()")
+
+    def forward(
+        self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Attend from one step or all steps to the source.
+
+        query: (B, Dq) for one decoder step, or (B, T, Dq) for T steps in one batched product.
+        proj_keys: (B, S, Dp) from `project_keys`. values: (B, S, Dv) encoder states.
+        mask: (B, S) bool, True = real source token.
+        Returns context (B, [T,] Dv) in the values' dtype and float32 weights (B, [T,] S)
+        that are exactly zero on padding and sum to 1 over real positions.
+        """
+        one_step = query.dim() == 2
+        if one_step:
+            query = query.unsqueeze(1)  # (B, 1, Dq)
+        scores = self.score(query, proj_keys)  # (B, T, S)
+        weights = masked_softmax(scores, mask.unsqueeze(1))  # (B, T, S) float32
+        context = torch.bmm(weights.to(values.dtype), values)  # (B, T, Dv)
+        if one_step:
+            return context.squeeze(1), weights.squeeze(1)  # (B, Dv), (B, S)
+        return context, weights
+
+
+class DotAttention(Attention):
+    """Luong's `dot`: score = s · h.
+
+    When the query size differs from the key size the dot product is undefined, so the keys
+    are mapped to the query size by a bias-free Linear (Dk -> Dq), once per sentence in
+    `project_keys`. When the sizes match there is no parameter at all.
+    """
+
+    def __init__(self, *, query_size: int, key_size: int) -> None:
+        super().__init__()
+        self.query_size = query_size
+        self.key_proj = (
+            nn.Linear(key_size, query_size, bias=False) if key_size != query_size else None
+        )
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        return keys if self.key_proj is None else self.key_proj(keys)  # (B, S, Dq)
+
+    def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        return torch.bmm(query, proj_keys.transpose(1, 2))  # (B, T, S)
+
+
+class ScaledDotAttention(DotAttention):
+    """Vaswani's `scaled_dot`: score = s · h / √Dq.
+
+    Dot products of d-dimensional vectors grow like √d, which saturates the softmax for large
+    states (Britz et al. 2017); dividing by √Dq keeps the scores' scale independent of size.
+    Keys are projected like `DotAttention`'s when sizes differ.
+    """
+
+    def __init__(self, *, query_size: int, key_size: int) -> None:
+        super().__init__(query_size=query_size, key_size=key_size)
+        self.scale = 1.0 / math.sqrt(query_size)
+
+    def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        return super().score(query, proj_keys) * self.scale  # (B, T, S)
+
+
+class BilinearAttention(Attention):
+    """Luong's `general`: score = s W hᵀ, computed as s · (W h) with W h once per sentence."""
+
+    def __init__(self, *, query_size: int, key_size: int) -> None:
+        super().__init__()
+        self.key_proj = nn.Linear(key_size, query_size, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        return self.key_proj(keys)  # (B, S, Dq)
+
+    def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        return torch.bmm(query, proj_keys.transpose(1, 2))  # (B, T, S)
+
+
+class ConcatAttention(Attention):
+    """Bahdanau's additive attention (OpenNMT's `mlp`): score = vᵀ tanh(W [s; h]).
+
+    W [s; h] is split as W_q s + W_k h: W_k h depends only on the source and is computed once
+    per sentence in `project_keys`; each step adds W_q s (which carries the only bias).
+    """
+
+    def __init__(self, *, query_size: int, key_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.key_proj = nn.Linear(key_size, hidden_size, bias=False)
+        self.query_proj = nn.Linear(query_size, hidden_size)
+        self.v = nn.Linear(hidden_size, 1, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        return self.key_proj(keys)  # (B, S, A)
+
+    def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
+        q = self.query_proj(query)  # (B, T, A)
+        hidden = torch.tanh(q.unsqueeze(2) + proj_keys.unsqueeze(1))  # (B, T, S, A)
+        return self.v(hidden).squeeze(-1)  # (B, T, S)
+
+
+ATTENTIONS: dict[str, type[Attention]] = {
+    "dot": DotAttention,
+    "scaled_dot": ScaledDotAttention,
+    "bilinear": BilinearAttention,
+    "concat": ConcatAttention,
+}
+
+
+def build_attention(
+    name: str, *, query_size: int, key_size: int, hidden_size: int | None
+) -> Attention:
+    """The scorer called `name`; `hidden_size` is concat's (None = query_size), unused by others."""
+    if name not in ATTENTIONS:
+        raise ValueError(
+            f"model.attention: unknown scoring function {name!r}; "
+            f"expected one of {', '.join(ATTENTIONS)}"
+        )
+    cls = ATTENTIONS[name]
+    if issubclass(cls, ConcatAttention):
+        size = query_size if hidden_size is None else hidden_size
+        return cls(query_size=query_size, key_size=key_size, hidden_size=size)
+    if issubclass(cls, (DotAttention, BilinearAttention)):
+        return cls(query_size=query_size, key_size=key_size)
+    raise TypeError(f"build_attention: no constructor rule for {cls.__name__}")

@@ -1,0 +1,168 @@
+"""Tests for nmt.attention: masking, the four scorers' formulas, shapes and mixed precision."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from nmt.attention import (
+    ATTENTIONS,
+    Attention,
+    BilinearAttention,
+    ConcatAttention,
+    DotAttention,
+    build_attention,
+    masked_softmax,
+)
+
+B, T, S, DQ, DK = 3, 4, 6, 10, 12
+LENS = torch.tensor([6, 2, 4])
+
+
+def source_mask() -> torch.Tensor:
+    return torch.arange(S).unsqueeze(0) < LENS.unsqueeze(1)  # (B, S)
+
+
+def inputs(dq: int = DQ, dk: int = DK) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries for T steps (B, T, Dq), keys = values (B, S, Dk), mask (B, S)."""
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(B, T, dq, generator=gen), torch.randn(B, S, dk, generator=gen), source_mask()
+
+
+def scorer(name: str, dq: int = DQ, dk: int = DK) -> Attention:
+    torch.manual_seed(0)
+    return build_attention(name, query_size=dq, key_size=dk, hidden_size=7)
+
+
+# --------------------------------------------------------------------------- masked_softmax
+
+
+def test_masked_softmax_zero_on_pads_and_rows_sum_to_one() -> None:
+    scores = torch.randn(B, T, S) * 10
+    weights = masked_softmax(scores, source_mask().unsqueeze(1))
+    assert weights.dtype == torch.float32
+    pads = ~source_mask().unsqueeze(1).expand(B, T, S)
+    assert (weights[pads] == 0).all()
+    assert torch.allclose(weights.sum(-1), torch.ones(B, T))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_masked_softmax_half_precision_no_nan_or_inf(dtype: torch.dtype) -> None:
+    # Scores at the edge of fp16's range: `-1e9` masking or an fp16 softmax would break here.
+    scores = torch.tensor([[60000.0, -60000.0, 1.0, 0.0]]).to(dtype)
+    mask = torch.tensor([[True, True, True, False]])
+    weights = masked_softmax(scores, mask)
+    assert torch.isfinite(weights).all()
+    assert weights[0, 3] == 0
+    assert torch.allclose(weights.sum(-1), torch.ones(1))
+
+
+def test_masked_softmax_fully_masked_row_gives_zeros_not_nan() -> None:
+    weights = masked_softmax(torch.randn(2, 3).half(), torch.tensor([[False] * 3, [True] * 3]))
+    assert torch.isfinite(weights).all()
+    assert (weights[0] == 0).all()
+    assert torch.allclose(weights[1].sum(), torch.tensor(1.0))
+
+
+# --------------------------------------------------------------------------- scorers
+
+
+@pytest.mark.parametrize("name", list(ATTENTIONS))
+def test_shapes_for_one_step_and_all_steps(name: str) -> None:
+    query, keys, mask = inputs()
+    att = scorer(name)
+    proj = att.project_keys(keys)
+    context, weights = att(query, proj, keys, mask)
+    assert context.shape == (B, T, DK) and weights.shape == (B, T, S)
+    context1, weights1 = att(query[:, 0], proj, keys, mask)
+    assert context1.shape == (B, DK) and weights1.shape == (B, S)
+
+
+@pytest.mark.parametrize("name", list(ATTENTIONS))
+def test_all_steps_at_once_equals_one_step_at_a_time(name: str) -> None:
+    query, keys, mask = inputs()
+    att = scorer(name)
+    proj = att.project_keys(keys)
+    context, weights = att(query, proj, keys, mask)
+    for t in range(T):
+        context_t, weights_t = att(query[:, t], proj, keys, mask)
+        torch.testing.assert_close(context[:, t], context_t)
+        torch.testing.assert_close(weights[:, t], weights_t)
+
+
+@pytest.mark.parametrize("name", list(ATTENTIONS))
+def test_pads_get_zero_weight_and_do_not_change_the_context(name: str) -> None:
+    query, keys, mask = inputs()
+    att = scorer(name)
+    context, weights = att(query, att.project_keys(keys), keys, mask)
+    assert (weights.masked_select(~mask.unsqueeze(1)) == 0).all()
+    assert torch.allclose(weights.sum(-1), torch.ones(B, T))
+    # Garbage in the padded key positions changes nothing.
+    noisy = keys.masked_fill(~mask.unsqueeze(-1), 1e4)
+    context2, weights2 = att(query, att.project_keys(noisy), noisy, mask)
+    torch.testing.assert_close(context2, context)
+    torch.testing.assert_close(weights2, weights)
+
+
+@pytest.mark.parametrize("dk", [DQ, DK])
+def test_scaled_dot_scores_are_dot_scores_over_sqrt_d(dk: int) -> None:
+    query, keys, _ = inputs(dk=dk)
+    dot, scaled = scorer("dot", dk=dk), scorer("scaled_dot", dk=dk)
+    scaled.load_state_dict(dot.state_dict())  # same key projection when sizes differ
+    expected = dot.score(query, dot.project_keys(keys)) / math.sqrt(DQ)
+    torch.testing.assert_close(scaled.score(query, scaled.project_keys(keys)), expected)
+
+
+def test_dot_has_parameters_only_when_sizes_differ() -> None:
+    assert list(DotAttention(query_size=8, key_size=8).parameters()) == []
+    projected = DotAttention(query_size=8, key_size=12)
+    assert [p.shape for p in projected.parameters()] == [(8, 12)]
+    query, keys = torch.randn(2, 1, 8), torch.randn(2, 5, 12)
+    assert projected.project_keys(keys).shape == (2, 5, 8)
+    assert projected.score(query, projected.project_keys(keys)).shape == (2, 1, 5)
+
+
+def test_bilinear_is_s_w_h() -> None:
+    query, keys, _ = inputs()
+    att = scorer("bilinear")
+    assert isinstance(att, BilinearAttention)
+    w = att.key_proj.weight  # (Dq, Dk)
+    expected = torch.einsum("btq,qk,bsk->bts", query, w, keys)
+    torch.testing.assert_close(att.score(query, att.project_keys(keys)), expected)
+
+
+def test_concat_is_v_tanh_w_of_concatenation() -> None:
+    query, keys, _ = inputs()
+    att = scorer("concat")
+    assert isinstance(att, ConcatAttention)
+    w = torch.cat([att.query_proj.weight, att.key_proj.weight], dim=1)  # (A, Dq + Dk)
+    pairs = torch.cat(
+        [query.unsqueeze(2).expand(B, T, S, DQ), keys.unsqueeze(1).expand(B, T, S, DK)], dim=-1
+    )  # (B, T, S, Dq + Dk)
+    hidden = torch.tanh(pairs @ w.T + att.query_proj.bias)  # (B, T, S, A)
+    expected = (hidden @ att.v.weight.T).squeeze(-1)
+    torch.testing.assert_close(att.score(query, att.project_keys(keys)), expected)
+
+
+def test_concat_hidden_size_defaults_to_query_size() -> None:
+    att = build_attention("concat", query_size=DQ, key_size=DK, hidden_size=None)
+    assert isinstance(att, ConcatAttention)
+    assert att.key_proj.out_features == DQ
+
+
+def test_unknown_name_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="model.attention: unknown scoring function 'cosine'"):
+        build_attention("cosine", query_size=4, key_size=4, hidden_size=None)
+
+
+@pytest.mark.parametrize("name", list(ATTENTIONS))
+def test_bf16_autocast_gives_finite_float32_weights_zero_on_pads(name: str) -> None:
+    query, keys, mask = inputs()
+    att = scorer(name)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        context, weights = att(query * 100, att.project_keys(keys), keys, mask)
+    assert weights.dtype == torch.float32
+    assert torch.isfinite(context).all() and torch.isfinite(weights).all()
+    assert (weights.masked_select(~mask.unsqueeze(1)) == 0).all()
