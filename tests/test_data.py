@@ -265,7 +265,9 @@ def test_prepare_caches_and_invalidates(tmp_path: Path, monkeypatch: pytest.Monk
     assert second.train == first.train and second.tests == first.tests
 
     # A changed data setting or changed files are tokenized again, and the dead cache goes.
-    third = prepare(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, max_len=5)))
+    third = prepare(
+        dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, max_len=5)), log=quiet
+    )
     assert not third.report.cached and len(third.train) < len(first.train)
     with (tmp_path / "corpus" / "train.en").open("a", encoding="utf-8") as f:
         f.write("A red bird.\n")
