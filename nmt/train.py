@@ -121,7 +121,8 @@ def update(
     loss_sum = torch.zeros((), device=device)
     for i, batch in enumerate(group):
         last = i == len(group) - 1
-        sync = nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        no_sync = getattr(model, "no_sync", None)  # DDP: all-reduce once, after the last
+        sync = nullcontext() if last or no_sync is None else no_sync()
         with sync:
             with autocast(device, precision):
                 logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)

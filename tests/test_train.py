@@ -1,0 +1,325 @@
+"""Training: precisions, accumulation, exact resume, checkpoints, refusal to clobber, DDP."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt.checkpoint import RunFiles, load_checkpoint, save_checkpoint
+from nmt.config import Config, config_from_dict, load_config
+from nmt.data import collate
+from nmt.errors import NmtError
+from nmt.model import build_model
+from nmt.optim import Schedule, build_optimizer, lr_factor
+from nmt.runtime import resolve_precision
+from nmt.train import fit, token_loss, update
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+
+
+def tiny(tmp_path: Path, *overrides: str) -> Config:
+    """configs/tiny.yaml with absolute data and run paths, trained for a few steps."""
+    return load_config(
+        TINY,
+        [
+            f"data.dir={ROOT / 'tests/data/tiny'}",
+            f"run.dir={tmp_path / 'run'}",
+            "train.max_steps=6",
+            "train.log_every=1",
+            "run.tensorboard=false",
+            *overrides,
+        ],
+    )
+
+
+def metrics(cfg: Config) -> list[dict]:
+    lines = (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs/latest goes here
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
+
+
+def test_fp32_run_writes_metrics_checkpoints_and_latest(tmp_path):
+    cfg = tiny(tmp_path, "train.precision=fp32")
+    result = fit(cfg, log=lambda _: None)
+    assert result.step == 6 and result.stopped_by == "max_steps"
+    rows = metrics(cfg)
+    assert [r["step"] for r in rows] == list(range(1, 7))  # the last one with validation
+    for row in rows:
+        assert {"step", "epoch", "loss", "lr", "tokens_per_s", "grad_norm"} <= row.keys()
+        assert math.isfinite(row["loss"]) and row["tokens_per_s"] > 0
+    assert "val_bleu" in rows[-1] and "val_loss" in rows[-1]
+    for name in ("last.pt", "best.pt", "step-6.pt", "config.yaml"):
+        assert (cfg.run_dir / name).is_file(), name
+    assert (tmp_path / "runs" / "latest").resolve() == cfg.run_dir.resolve()
+    state = load_checkpoint(cfg.run_dir / "last.pt")
+    assert state["position"]["step"] == 6
+    assert config_from_dict(state["config"]) == cfg
+
+
+def test_bf16_on_cpu_trains_and_loss_falls(tmp_path):
+    cfg = tiny(tmp_path, "train.precision=bf16", "train.max_steps=40", "train.lr=0.01")
+    fit(cfg, log=lambda _: None)
+    losses = [r["loss"] for r in metrics(cfg) if "val_loss" not in r]
+    assert all(math.isfinite(x) for x in losses)
+    assert losses[-1] < losses[0]
+    assert load_checkpoint(cfg.run_dir / "last.pt")["precision"] == "bf16"
+
+
+def test_same_seed_gives_identical_losses(tmp_path):
+    a = tiny(tmp_path / "a")
+    b = tiny(tmp_path / "b")
+    fit(a, log=lambda _: None)
+    fit(b, log=lambda _: None)
+    assert [r["loss"] for r in metrics(a)] == [r["loss"] for r in metrics(b)]
+
+
+def test_resume_reaches_the_same_loss_as_an_uninterrupted_run(tmp_path):
+    # dropout on and 3 epochs of the tiny corpus: resume must restore RNG and data order.
+    common = ["train.max_steps=14", "model.dropout=0.3", "train.batch_size=16"]
+    whole = tiny(tmp_path / "whole", *common)
+    fit(whole, log=lambda _: None)
+    part = tiny(tmp_path / "part", *common[1:], "train.max_steps=5")
+    fit(part, log=lambda _: None)
+    resumed = tiny(tmp_path / "part", *common)
+    fit(resumed, resume=True, log=lambda _: None)
+
+    def train_losses(cfg: Config) -> dict[int, float]:
+        return {r["step"]: r["loss"] for r in metrics(cfg)}
+
+    assert train_losses(resumed)[14] == train_losses(whole)[14]
+    a = load_checkpoint(whole.run_dir / "last.pt")["model"]
+    b = load_checkpoint(resumed.run_dir / "last.pt")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_refuses_to_overwrite_an_existing_run(tmp_path):
+    cfg = tiny(tmp_path, "train.max_steps=2")
+    fit(cfg, log=lambda _: None)
+    before = (cfg.run_dir / "last.pt").read_bytes()
+    with pytest.raises(NmtError, match="--resume.*--overwrite"):
+        fit(cfg, log=lambda _: None)
+    assert (cfg.run_dir / "last.pt").read_bytes() == before
+    fit(cfg, overwrite=True, log=lambda _: None)
+    assert [r["step"] for r in metrics(cfg)] == [1, 2]  # a new metrics.jsonl, not appended
+
+
+def test_resume_refuses_a_different_model(tmp_path):
+    fit(tiny(tmp_path, "train.max_steps=2"), log=lambda _: None)
+    with pytest.raises(NmtError, match="model.attention"):
+        fit(tiny(tmp_path, "model.attention=dot"), resume=True, log=lambda _: None)
+    with pytest.raises(NmtError, match="nothing to resume"):
+        fit(tiny(tmp_path / "other"), resume=True, log=lambda _: None)
+
+
+def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path, monkeypatch):
+    import nmt.train
+
+    calls = {"n": 0}
+    real_update = nmt.train.update
+
+    def interrupted_update(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real_update(*args, **kwargs)
+
+    monkeypatch.setattr(nmt.train, "update", interrupted_update)
+    lines: list[str] = []
+    cfg = tiny(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        fit(cfg, log=lines.append, config_path="configs/tiny.yaml")
+    assert "Resume with: nmt train configs/tiny.yaml --resume" in lines[-1]
+    assert load_checkpoint(cfg.run_dir / "last.pt")["position"]["step"] == 3
+    monkeypatch.setattr(nmt.train, "update", real_update)
+    assert fit(cfg, resume=True, log=lambda _: None).step == 6
+
+
+def _tiny_model_and_batches():
+    cfg = config_from_dict(
+        {"model": {"emb_size": 8, "enc_hidden": 8, "dec_hidden": 16, "dropout": 0.0}}
+    )
+    torch.manual_seed(0)
+    model = build_model(cfg.model, src_vocab_size=30, tgt_vocab_size=30, shared_vocab=True)
+    g = torch.Generator().manual_seed(1)
+    rows = [torch.randint(4, 30, (n,), generator=g).tolist() for n in (3, 5, 4, 6)]
+    tgts = [torch.randint(4, 30, (n,), generator=g).tolist() for n in (4, 2, 6, 5)]
+    return cfg, model, rows, tgts
+
+
+def _step(model, cfg, group, scaler=None):
+    opt = build_optimizer(cfg.train, model.parameters())
+    scaler = scaler or torch.amp.GradScaler("cpu", enabled=False)
+    return update(
+        model,
+        group,
+        optimizer=opt,
+        scaler=scaler,
+        device=torch.device("cpu"),
+        precision="fp32",
+        label_smoothing=0.1,
+        clip_norm=1.0,
+    )
+
+
+def test_accumulation_gives_the_update_of_one_large_batch():
+    cfg, model, rows, tgts = _tiny_model_and_batches()
+    big = collate(rows, tgts, [0, 1, 2, 3])
+    halves = [collate(rows[:2], tgts[:2], [0, 1]), collate(rows[2:], tgts[2:], [2, 3])]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    loss_big, norm_big = _step(model, cfg, [big])
+    after_big = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(state)
+    loss_acc, norm_acc = _step(model, cfg, halves)
+    torch.testing.assert_close(loss_acc, loss_big, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(norm_acc, norm_big, rtol=1e-5, atol=1e-6)
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, after_big[k], rtol=1e-5, atol=1e-6)
+
+
+def test_grad_scaler_is_unscaled_before_clipping_and_skips_inf_steps():
+    cfg, model, rows, tgts = _tiny_model_and_batches()
+    batch = collate(rows, tgts, [0, 1, 2, 3])
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    _, plain_norm = _step(model, cfg, [batch])
+    model.load_state_dict(state)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    _, scaled_norm = _step(model, cfg, [batch], scaler)
+    torch.testing.assert_close(scaled_norm, plain_norm, rtol=1e-4, atol=1e-6)
+
+    # An inf in the gradients: the update is skipped and the scale halves.
+    model.load_state_dict(state)
+    hook = next(model.parameters()).register_hook(lambda g: g * math.inf)
+    _, norm = _step(model, cfg, [batch], scaler)
+    hook.remove()
+    assert not torch.isfinite(norm)
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert scaler.get_scale() == 2.0**11
+
+
+def test_token_loss_ignores_padding():
+    logits = torch.randn(2, 3, 7)
+    target = torch.tensor([[4, 5, 0], [6, 0, 0]])
+    full = token_loss(logits, target, 0.0)
+    manual = sum(
+        -torch.log_softmax(logits[b, t], -1)[target[b, t]] for b, t in [(0, 0), (0, 1), (1, 0)]
+    )
+    torch.testing.assert_close(full, manual)
+
+
+def test_precision_resolution():
+    cpu = torch.device("cpu")
+    assert resolve_precision("fp32", cpu) == "fp32"
+    assert resolve_precision("bf16", cpu) == "bf16"
+    assert resolve_precision("auto", cpu) in ("bf16", "fp32")
+    with pytest.raises(NmtError, match="fp16 needs a GPU"):
+        resolve_precision("fp16", cpu)
+
+
+def test_schedules():
+    def train_cfg(**kw):
+        return config_from_dict({"train": kw}).train
+
+    warm = train_cfg(schedule="inverse_sqrt", warmup_steps=4)
+    assert [lr_factor(warm, s, None) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert lr_factor(warm, 15, None) == pytest.approx(0.5)
+    lin = train_cfg(schedule="linear", min_lr=0.0)
+    assert lr_factor(lin, 9, 10) == pytest.approx(0.0)
+    cos = train_cfg(schedule="cosine")
+    assert lr_factor(cos, 4, 10) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+    with pytest.raises(NmtError, match="known number of steps"):
+        Schedule(lin, torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), None)
+
+    plateau = train_cfg(schedule="plateau", plateau_patience=0, plateau_factor=0.5, lr=1.0)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = Schedule(plateau, opt, None)
+    sched.validated(10.0)
+    sched.step()
+    sched.validated(9.0)  # worse: halve
+    sched.step()
+    assert sched.lr == pytest.approx(0.5)
+
+
+def test_step_checkpoints_keep_the_last_k(tmp_path):
+    run = RunFiles(tmp_path / "run", keep_last=2)
+    run.claim(resume=False, overwrite=False)
+    for step in (1, 2, 3):
+        run.save({"x": torch.tensor(step)}, step=step, best=step == 2)
+    names = sorted(p.name for p in run.dir.iterdir())
+    assert names == ["best.pt", "last.pt", "step-2.pt", "step-3.pt"]
+    assert load_checkpoint(run.dir / "best.pt")["x"].item() == 2
+    assert load_checkpoint(run.dir / "last.pt")["x"].item() == 3
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"x": torch.tensor(1)}, path)
+    child = textwrap.dedent(
+        f"""
+        import time, torch
+        from pathlib import Path
+        from nmt.checkpoint import save_checkpoint
+        real = torch.save
+        def slow_save(obj, f):
+            f.write(b"partial bytes of a new checkpoint")
+            f.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+        torch.save = slow_save
+        save_checkpoint({{"x": torch.tensor(2)}}, Path({str(path)!r}))
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert load_checkpoint(path)["x"].item() == 1
+
+
+@pytest.mark.slow
+def test_ddp_with_two_gloo_processes(tmp_path):
+    run_dir = tmp_path / "ddp"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(29500 + os.getpid() % 1000),
+        "-m",
+        "nmt",
+        "train",
+        str(TINY),
+        "--set",
+        f"data.dir={ROOT / 'tests/data/tiny'}",
+        "--set",
+        f"run.dir={run_dir}",
+        "--set",
+        "train.max_steps=4",
+        "--set",
+        "train.log_every=1",
+        "--set",
+        "train.threads=1",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "2 processes" in out.stdout
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # written once, by rank 0
+    assert load_checkpoint(run_dir / "last.pt")["position"]["step"] == 4
