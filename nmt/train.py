@@ -468,10 +468,10 @@ def _fit(
     reporter.close()
     if ctx.is_main:
         point_latest_at(cfg.run_dir)
+        best = f"{pos.best_score:.2f}" if pos.best_score is not None else "-"
         log(
-            f"stopped by {stopped_by} at step {pos.step}, epoch {pos.epoch + 1}; "
-            f"best {tc.valid_metric}: {pos.best_score if pos.best_score is not None else '-'}; "
-            f"checkpoints in {cfg.run_dir}"
+            f"stopped by {stopped_by} at step {pos.step} ({pos.epoch} full epochs); "
+            f"best {tc.valid_metric}: {best}; checkpoints in {cfg.run_dir}"
         )
     return FitResult(cfg.run_dir, pos.step, pos.epoch, pos.best_score, stopped_by)
 
