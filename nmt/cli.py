@@ -122,3 +122,244 @@ def train(
         fit(cfg, resume=resume, overwrite=overwrite, log=typer.echo, config_path=str(config))
 
     _guard(run)
+
+
+# --------------------------------------------------------------------------- translate, eval
+
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Run directory or checkpoint file. Default: the latest trained run (runs/latest).",
+        metavar="RUN_DIR_OR_CHECKPOINT",
+    ),
+]
+BeamOpt = Annotated[
+    int | None,
+    typer.Option("--beam", "-b", help="Beam size, 1 = greedy. Default: the run's decode.beam."),
+]
+BatchSizeOpt = Annotated[
+    int | None,
+    typer.Option("--batch-size", help="Sentences decoded at once. Default: decode.batch_size."),
+]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N or auto.")]
+ProgressOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--progress/--no-progress",
+        help="Progress bar on stderr. Default: when stderr is a terminal.",
+        show_default=False,
+    ),
+]
+
+
+def _warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)
+
+
+def _show_progress(progress: bool | None) -> bool:
+    return sys.stderr.isatty() if progress is None else progress
+
+
+@app.command()
+def translate(
+    sentences: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Sentences to translate. With none, stdin is read, one sentence a line.",
+            show_default=False,
+        ),
+    ] = None,
+    model: ModelOpt = None,
+    input_: Annotated[
+        Path | None, typer.Option("--input", "-i", help="Read sentences from FILE, one a line.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write translations to FILE.")
+    ] = None,
+    beam: BeamOpt = None,
+    nbest: Annotated[
+        int,
+        typer.Option(
+            "--nbest",
+            help="Print the N best translations of each input, one a line: "
+            "`INPUT_NUMBER ||| TEXT ||| SCORE` (numbered from 0, best first).",
+        ),
+    ] = 1,
+    batch_size: BatchSizeOpt = None,
+    device: DeviceOpt = "cpu",
+    show_attention: Annotated[
+        bool,
+        typer.Option(
+            "--show-attention",
+            help="Print each attention matrix: source pieces across, target pieces down, "
+            "weights in percent.",
+        ),
+    ] = False,
+    attention_plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--attention-plot",
+            help="Write the attention heatmap to FILE.png (several inputs: FILE-1.png, "
+            "FILE-2.png, ... by input line).",
+            metavar="FILE.png",
+        ),
+    ] = None,
+    progress: ProgressOpt = None,
+) -> None:
+    """Translate sentences given as arguments, from stdin, or from a file.
+
+    Example: nmt translate "Two dogs play in the snow." --beam 5 --show-attention
+    Empty lines give empty lines; inputs longer than the model's data.max_len are cut, with
+    a warning.
+    """
+
+    def run() -> None:
+        from nmt.translate import (
+            Translator,
+            format_attention,
+            plot_attention,
+            plot_paths,
+            read_lines,
+            write_lines,
+        )
+
+        if sentences and input_ is not None:
+            raise NmtError("give sentences as arguments or --input FILE, not both")
+        if attention_plot is not None and attention_plot.suffix.lower() != ".png":
+            raise NmtError(f"--attention-plot {attention_plot}: expected a file name ending .png")
+        if sentences:
+            lines = list(sentences)
+        else:
+            if input_ is None and sys.stdin.isatty():
+                typer.echo("reading sentences from stdin, one a line (Ctrl-D ends)", err=True)
+            lines = read_lines(input_)
+        translator = Translator.from_checkpoint(model, device, log=_warn)
+        out = translator.translate(
+            lines,
+            beam=beam,
+            nbest=nbest,
+            batch_size=batch_size,
+            progress=_show_progress(progress),
+        )
+        blocks = [
+            [f"{i} ||| {text} ||| {score:.4f}" for text, score in t.nbest]
+            if nbest > 1
+            else [t.text]
+            for i, t in enumerate(out)
+        ]
+        if output is not None:
+            write_lines(output, [line for block in blocks for line in block])
+        for t, block in zip(out, blocks, strict=True):
+            if output is None:
+                for line in block:
+                    typer.echo(line)
+            if show_attention:
+                typer.echo(format_attention(t) + "\n")
+        if attention_plot is not None:
+            for t, path in zip(out, plot_paths(attention_plot, len(out)), strict=True):
+                if t.src_tokens:  # an empty input has no attention to draw
+                    plot_attention(t, path)
+                    typer.echo(f"attention plot: {path}", err=True)
+
+    _guard(run)
+
+
+@app.command("eval")
+def eval_(
+    model: ModelOpt = None,
+    src: Annotated[
+        Path | None,
+        typer.Option("--src", help="Source file to translate instead of the config's test sets."),
+    ] = None,
+    ref: Annotated[
+        Path | None, typer.Option("--ref", help="Reference translations of --src, one a line.")
+    ] = None,
+    bleu: Annotated[
+        bool, typer.Option("--bleu", help="Score BLEU (the default when no metric is named).")
+    ] = False,
+    chrf: Annotated[bool, typer.Option("--chrf", help="Score chrF.")] = False,
+    beam: BeamOpt = None,
+    batch_size: BatchSizeOpt = None,
+    device: DeviceOpt = "cpu",
+    lowercase: Annotated[
+        bool, typer.Option("--lowercase", help="Case-insensitive scores (sacrebleu -lc).")
+    ] = False,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            "--protocol",
+            help="sacrebleu: detokenized text, sacrebleu's tokenizer. wmt-mmt: the Multi30k "
+            "shared-task protocol (lowercased, punctuation-normalised, Moses-tokenized), "
+            "comparable with the papers.",
+        ),
+    ] = "sacrebleu",
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per test set.")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the hypotheses to FILE. Default: RUN_DIR/eval/SPLIT.beamK.hyp.",
+        ),
+    ] = None,
+    progress: ProgressOpt = None,
+) -> None:
+    """Translate a test set and score it with sacrebleu, signature included.
+
+    Example: nmt eval --bleu --chrf --beam 5 --protocol wmt-mmt
+    Without --src/--ref, the run's config's test split(s) are used. The BLEU printed equals
+    `sacrebleu REF -i HYP` on the references and the hypothesis file written.
+    """
+
+    def run() -> None:
+        import json
+
+        from nmt.evaluate import PROTOCOLS
+        from nmt.translate import Translator, evaluate_split, read_lines, test_sets
+
+        if protocol not in PROTOCOLS:
+            raise NmtError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        if (src is None) != (ref is None):
+            raise NmtError("--src and --ref go together: a source file and its references")
+        metrics = [m for m, on in (("bleu", bleu), ("chrf", chrf)) if on] or ["bleu"]
+        translator = Translator.from_checkpoint(model, device, log=_warn)
+        if src is not None and ref is not None:
+            name = src.name.split(".")[0] or src.name  # test_2016_flickr.en -> test_2016_flickr
+            sets = [(name, read_lines(src), read_lines(ref))]
+        else:
+            cache = translator.run_dir / "data" / "hf" if translator.run_dir else None
+            sets = test_sets(translator.config, cache)
+        if output is not None and len(sets) > 1:
+            names = ", ".join(s[0] for s in sets)
+            raise NmtError(f"--output: the config has {len(sets)} test sets ({names}), one file")
+        for name, sources, refs in sets:
+            report = evaluate_split(
+                translator,
+                split=name,
+                sources=sources,
+                references=refs,
+                hyp_path=output,
+                metrics=metrics,
+                beam=beam,
+                batch_size=batch_size,
+                lowercase=lowercase,
+                protocol=protocol,
+                progress=_show_progress(progress),
+            )
+            if json_:
+                typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
+                continue
+            for score in report.scores.values():
+                typer.echo(score.line)
+            rate = report.n / report.seconds if report.seconds > 0 else float("inf")
+            typer.echo(
+                f"{name}: {report.n} sentences, beam {report.beam}, {report.seconds:.1f} s "
+                f"({rate:.1f} sentences/s); hypotheses in {report.hypotheses}",
+                err=True,
+            )
+
+    _guard(run)

@@ -1,0 +1,83 @@
+"""Shared fixtures: a small trained checkpoint built without train.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmt.checkpoint import save_checkpoint
+from nmt.config import Config, load_config
+from nmt.data import collate
+from nmt.model import build_model
+from nmt.tokenizer import PAD_ID, train_or_load
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_DATA = ROOT / "tests" / "data" / "tiny"
+TINY_CONFIG = ROOT / "configs" / "tiny.yaml"
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    """A run directory holding `best.pt`: the tiny config's model, overfitted for a moment."""
+
+    run_dir: Path
+    checkpoint: Path
+    config: Config
+    train_src: list[str]
+    train_tgt: list[str]
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    """Tokenizer trained on tests/data/tiny, model from configs/tiny.yaml, a few dozen Adam
+    steps on the tiny corpus (a couple of seconds), saved as a checkpoint."""
+    run_dir = tmp_path_factory.mktemp("tiny_run")
+    cfg = load_config(TINY_CONFIG, [f"run.dir={run_dir}", f"data.dir={TINY_DATA}"])
+    src, tgt = _lines(TINY_DATA / "train.en"), _lines(TINY_DATA / "train.fr")
+    tok = train_or_load(cfg.tokenizer, run_dir, src, tgt, log=lambda _: None)
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(
+        cfg.model,
+        src_vocab_size=tok.src_vocab_size,
+        tgt_vocab_size=tok.tgt_vocab_size,
+        shared_vocab=tok.joint,
+    )
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
+    batch = collate(tok.encode_src(src), tok.encode_tgt(tgt), range(len(src)))
+    model.train()
+    # On a shared, loaded CPU two threads spin against each other: ten times slower here.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(60):
+            logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
+            loss = torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    state = {
+        "config": cfg.to_dict(),
+        "tokenizer": tok.to_bytes(),
+        "model": model.state_dict(),
+        "step": 0,
+    }
+    save_checkpoint(state, run_dir / "best.pt")
+    return TinyRun(
+        run_dir=run_dir,
+        checkpoint=run_dir / "best.pt",
+        config=cfg,
+        train_src=src,
+        train_tgt=tgt,
+    )

@@ -1,0 +1,291 @@
+"""Translator and `nmt translate`: order, batching, empty and long inputs, any Unicode,
+n-best, attention as text and PNG, input from arguments, stdin and files."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from nmt.checkpoint import CheckpointError
+from nmt.cli import app
+from nmt.data import collate
+from nmt.search import greedy
+from nmt.translate import (
+    EOS_PIECE,
+    Translator,
+    format_attention,
+    plot_attention,
+    plot_paths,
+    read_lines,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_run) -> Translator:
+    return Translator.from_checkpoint(tiny_run.run_dir)
+
+
+@pytest.fixture
+def sentences(tiny_run) -> list[str]:
+    return tiny_run.train_src[:7]
+
+
+def test_from_checkpoint_takes_a_run_dir_or_a_file(tiny_run, translator):
+    by_file = Translator.from_checkpoint(tiny_run.checkpoint)
+    assert translator.path == by_file.path == tiny_run.checkpoint
+    assert translator.config.decode == tiny_run.config.decode
+
+
+def test_no_model_and_no_latest_run_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="no trained run found"):
+        Translator.from_checkpoint(None)
+
+
+def test_outputs_come_back_in_input_order_whatever_the_batching(translator, sentences):
+    one_batch = translator.translate(sentences, beam=3, batch_size=64)
+    small = translator.translate(sentences, beam=3, batch_size=2)
+    alone = [translator.translate([s], beam=3)[0] for s in sentences]
+    assert [t.source for t in one_batch] == sentences
+    for a, b, c in zip(one_batch, small, alone, strict=True):
+        assert a.text == b.text == c.text
+        assert a.score == pytest.approx(b.score, abs=1e-5)
+        assert a.score == pytest.approx(c.score, abs=1e-5)
+
+
+def test_the_overfitted_model_translates_a_training_sentence(tiny_run, translator):
+    # 60 steps on 48 pairs: the start of a training sentence comes out right.
+    (t,) = translator.translate([tiny_run.train_src[0]], beam=3)
+    assert t.text.split()[:2] == tiny_run.train_tgt[0].split()[:2]
+
+
+def test_beam_one_is_greedy_search(translator, sentences):
+    out = translator.translate(sentences, beam=1)
+    tok = translator.tokenizer
+    batch = collate(tok.encode_src(sentences), None, range(len(sentences)))
+    dc = translator.config.decode
+    result = greedy(
+        translator.model,
+        batch.src,
+        batch.src_lens,
+        max_len_ratio=dc.max_len_ratio,
+        max_len_const=dc.max_len_const,
+        min_len=dc.min_len,
+    )
+    assert [t.text for t in out] == tok.decode_tgt([h.tokens for h in result.best])
+
+
+def test_nbest_lists_distinct_translations_best_first(translator, sentences):
+    for t in translator.translate(sentences[:3], beam=4, nbest=4):
+        assert len(t.nbest) == 4
+        assert t.nbest[0] == (t.text, t.score)
+        scores = [s for _, s in t.nbest]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_nbest_above_beam_is_refused(translator):
+    with pytest.raises(Exception, match="--nbest 4: expected 1 to the beam size"):
+        translator.translate(["A dog."], beam=3, nbest=4)
+
+
+def test_empty_lines_give_empty_translations_without_the_model(tiny_run):
+    t = Translator.from_checkpoint(tiny_run.run_dir)
+
+    class NoModel:
+        def __getattr__(self, name):
+            raise AssertionError("the model was run for an empty input")
+
+    t.model = NoModel()  # type: ignore[assignment]
+    out = t.translate(["", "   ", "\t"])
+    assert [x.text for x in out] == ["", "", ""]
+    assert all(x.attention.shape == (0, 0) for x in out)
+
+
+def test_long_inputs_are_cut_to_max_len_with_a_warning(translator, sentences):
+    messages: list[str] = []
+    cfg = translator.config
+    short = Translator(
+        model=translator.model,
+        tokenizer=translator.tokenizer,
+        config=dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, max_len=4)),
+        device=translator.device,
+        path=None,
+        log=messages.append,
+    )
+    out = short.translate([sentences[0], "A dog."], beam=2)
+    assert len(messages) == 1 and "line(s) 1" in messages[0] and "data.max_len" in messages[0]
+    assert out[0].truncated and not out[1].truncated
+    assert len(out[0].src_tokens) == 4 + 1  # the first 4 pieces, then EOS
+    assert out[0].attention.shape[1] == 5
+
+
+def test_the_default_log_is_a_python_warning(tiny_run):
+    t = Translator.from_checkpoint(tiny_run.run_dir)
+    t.config = dataclasses.replace(t.config, data=dataclasses.replace(t.config.data, max_len=2))
+    with pytest.warns(UserWarning, match="longer than the model's 2 subword tokens"):
+        t.translate(["A dog runs in the park."])
+
+
+def test_unseen_characters_and_any_unicode(translator):
+    inputs = ["日本語の文 ☕ 🐕", "Zoë's naïve café — «ok»", "\u2028weird\u200bspaces\u00a0here"]
+    out = translator.translate(inputs, beam=2)
+    assert len(out) == 3
+    for t in out:
+        assert isinstance(t.text, str)
+        assert t.src_tokens[-1] == EOS_PIECE
+
+
+def test_attention_rows_are_distributions_over_the_source_pieces(translator, sentences):
+    for t in translator.translate(sentences[:3], beam=3):
+        assert t.attention.shape == (len(t.tgt_labels), len(t.src_tokens))
+        assert torch.allclose(t.attention.sum(1), torch.ones(len(t.tgt_labels)), atol=1e-5)
+        assert t.tgt_labels[-1] == EOS_PIECE if t.finished else True
+
+
+def test_attention_as_text_has_source_across_and_target_down(translator):
+    (t,) = translator.translate(["A dog runs in the park."], beam=2)
+    lines = format_attention(t).splitlines()
+    assert lines[0].split() == t.src_tokens
+    assert [line.split()[0] for line in lines[1:]] == t.tgt_labels
+    for line, row in zip(lines[1:], t.attention.tolist(), strict=True):
+        cells = line.split()[1:]
+        assert len(cells) == len(t.src_tokens)
+        best = max(range(len(row)), key=row.__getitem__)
+        assert cells[best] == str(round(100 * row[best]))
+
+
+def test_attention_plot_is_a_png(translator, tmp_path):
+    import matplotlib.image
+
+    (t,) = translator.translate(["Two dogs are playing in the snow."], beam=2)
+    path = tmp_path / "att.png"
+    plot_attention(t, path)
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    height, width, _ = matplotlib.image.imread(path).shape
+    assert height > 50 and width > 50
+
+
+def test_plot_paths_number_inputs_when_there_are_several(tmp_path):
+    assert plot_paths(tmp_path / "a.png", 1) == [tmp_path / "a.png"]
+    assert plot_paths(tmp_path / "a.png", 2) == [tmp_path / "a-1.png", tmp_path / "a-2.png"]
+
+
+def test_read_lines_splits_on_newlines_only(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes("one\r\ntwo\u2028still two\n\nfour\n".encode())
+    assert read_lines(path) == ["one", "two\u2028still two", "", "four"]
+    path.write_bytes(b"\xff\xfe bad")
+    with pytest.raises(Exception, match="not UTF-8"):
+        read_lines(path)
+
+
+# --------------------------------------------------------------------------- the command
+
+runner = CliRunner()
+
+
+def nmt(*args: str, input: str | None = None):
+    return runner.invoke(app, list(args), input=input)
+
+
+def test_cli_translates_arguments(tiny_run, translator, sentences):
+    result = nmt("translate", "-m", str(tiny_run.run_dir), "--beam", "3", sentences[0], "")
+    assert result.exit_code == 0, result.output
+    expected = translator.translate([sentences[0]], beam=3)[0].text
+    assert result.stdout.split("\n") == [expected, "", ""]
+
+
+def test_cli_translates_stdin_line_by_line(tiny_run, translator, sentences):
+    text = "\n".join([sentences[1], "", sentences[2]]) + "\n"
+    result = nmt("translate", "-m", str(tiny_run.run_dir), input=text)
+    assert result.exit_code == 0, result.output
+    expected = [t.text for t in translator.translate([sentences[1], "", sentences[2]])]
+    assert result.stdout.splitlines() == expected
+
+
+def test_cli_translates_files(tiny_run, translator, sentences, tmp_path):
+    src, out = tmp_path / "in.en", tmp_path / "out" / "hyp.fr"
+    src.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    args = ["translate", "-m", str(tiny_run.checkpoint), "--input", str(src)]
+    result = nmt(*args, "--output", str(out), "--beam", "2", "--batch-size", "3")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    expected = [t.text for t in translator.translate(sentences, beam=2)]
+    assert out.read_text(encoding="utf-8").splitlines() == expected
+
+
+def test_cli_nbest_prints_numbered_hypotheses_with_scores(tiny_run, sentences):
+    result = nmt(
+        "translate", "-m", str(tiny_run.run_dir), "--beam", "3", "--nbest", "2", *sentences[:2]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [line.split(" ||| ")[0] for line in lines] == ["0", "0", "1", "1"]
+    scores = [float(line.split(" ||| ")[2]) for line in lines]
+    assert scores[0] >= scores[1] and scores[2] >= scores[3]
+
+
+def test_cli_shows_attention_and_writes_one_png_per_sentence(tiny_run, sentences, tmp_path):
+    plot = tmp_path / "att.png"
+    args = ["translate", "-m", str(tiny_run.run_dir), "--show-attention"]
+    result = nmt(*args, "--attention-plot", str(plot), sentences[0], sentences[1])
+    assert result.exit_code == 0, result.output
+    assert EOS_PIECE in result.stdout
+    assert not plot.exists()
+    for name in ("att-1.png", "att-2.png"):
+        assert (tmp_path / name).read_bytes().startswith(PNG_MAGIC)
+    result = nmt("translate", "-m", str(tiny_run.run_dir), "--attention-plot", str(plot), "A dog.")
+    assert result.exit_code == 0, result.output
+    assert plot.read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--input", "in.txt", "A dog."], "not both"),
+        (["--input", "missing.txt"], "missing.txt: no such file"),
+        (["--beam", "0", "A dog."], "--beam 0"),
+        (["--device", "tpu", "A dog."], "--device 'tpu'"),
+        (["--attention-plot", "att.jpg", "A dog."], "ending .png"),
+    ],
+)
+def test_cli_user_errors_are_one_line_and_exit_2(tiny_run, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text("A dog.\n", encoding="utf-8")
+    result = nmt("translate", "-m", str(tiny_run.run_dir), *args)
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_cli_without_a_trained_run_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = nmt("translate", "A dog.")
+    assert result.exit_code == 2
+    assert "no trained run found" in result.stderr
+
+
+def test_import_nmt_and_help_stay_light():
+    code = (
+        "import sys, nmt, nmt.cli; "
+        "assert 'torch' not in sys.modules and 'datasets' not in sys.modules, 'heavy import'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    help_text = subprocess.run(
+        [sys.executable, "-m", "nmt", "--help"], check=True, capture_output=True, text=True
+    ).stdout
+    assert "translate" in help_text and "eval" in help_text
+
+
+def test_translator_is_exported_lazily():
+    import nmt
+
+    assert nmt.Translator is Translator
+    with pytest.raises(AttributeError):
+        _ = nmt.NoSuchThing  # type: ignore[attr-defined]
