@@ -87,14 +87,22 @@ def max_lengths(src_lens: Tensor, *, max_len_ratio: float, max_len_const: int) -
     return limits.clamp(min=1)
 
 
-def _log_probs(logits: Tensor, t: int, min_len: int) -> Tensor:
-    """(N, V) logits of step t -> float32 log-probabilities with the forbidden tokens at -inf."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    logp[:, PAD_ID] = -math.inf
-    logp[:, BOS_ID] = -math.inf
+def _top_log_probs(logits: Tensor, k: int, t: int, min_len: int) -> tuple[Tensor, Tensor]:
+    """The k most probable allowed tokens of each row of step t's (N, V) logits: their
+    float32 log-probabilities (N, k) and ids (N, k), best first.
+
+    Taking the top k of the logits and then normalising skips writing a full (N, V)
+    log-softmax. The logits are overwritten (forbidden tokens set to -inf): nothing else
+    reads them.
+    """
+    logits = logits.float()
+    norm = logits.logsumexp(dim=-1, keepdim=True)  # (N, 1) over the whole vocabulary
+    logits[:, PAD_ID] = -math.inf
+    logits[:, BOS_ID] = -math.inf
     if t < min_len:
-        logp[:, EOS_ID] = -math.inf
-    return logp
+        logits[:, EOS_ID] = -math.inf
+    top, ids = logits.topk(min(k, logits.size(1)), dim=-1)  # (N, k)
+    return top - norm, ids
 
 
 @dataclass
@@ -181,7 +189,7 @@ def greedy(
         t = 0
         while alive.numel():
             logits, state, attn = model.step(prev, state, enc)  # (Ba, V), _, (Ba, S)
-            best_lp, best = _log_probs(logits, t, min_len).max(dim=-1)  # (Ba,), (Ba,)
+            best_lp, best = (x.squeeze(1) for x in _top_log_probs(logits, 1, t, min_len))
             logprob = logprob + best_lp
             tokens = torch.cat([tokens, best.unsqueeze(1)], dim=1)  # (Ba, t+1)
             attn_hist = torch.cat([attn_hist, attn.float().unsqueeze(1)], dim=1)  # (Ba, t+1, S)
@@ -269,14 +277,15 @@ def beam_search(
         while True:
             Ba = alive.numel()
             logits, state, attn = model.step(prev, state, enc)  # (Ba*K, V), _, (Ba*K, S)
-            logp = _log_probs(logits, t, min_len)  # (Ba*K, V)
-            V = logp.size(1)
-            cand = (scores.view(-1, 1) + logp).view(Ba, K * V)  # (Ba, K*V)
-            C = min(2 * K, K * V)
+            # The 2K best extensions of a sentence are among the 2K best of each of its beams.
+            row_lp, row_ids = _top_log_probs(logits, 2 * K, t, min_len)  # (Ba*K, W) W <= 2K
+            W = row_lp.size(1)
+            cand = (scores.view(-1, 1) + row_lp).view(Ba, K * W)  # (Ba, K*W)
+            C = min(2 * K, K * W)
             top, idx = cand.topk(C, dim=1)  # (Ba, C), best first
-            token = idx % V
+            token = row_ids.view(Ba, K * W).gather(1, idx)  # (Ba, C)
             first_row = torch.arange(Ba, device=device).unsqueeze(1) * K  # (Ba, 1)
-            rows = first_row + torch.div(idx, V, rounding_mode="floor")  # (Ba, C) extended row
+            rows = first_row + torch.div(idx, W, rounding_mode="floor")  # (Ba, C) extended row
             is_eos = token == EOS_ID
             # At most K of the 2K candidates are EOS (one per beam), so K others always exist;
             # ranking EOS after every other candidate picks the K best non-EOS in order.

@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from nmt import runtime
 from nmt.checkpoint import load_for_inference
 from nmt.config import Config
 from nmt.data import collate
 from nmt.errors import NmtError
 from nmt.evaluate import Protocol, Score, bleu, chrf
+from nmt.runtime import Precision, autocast
 from nmt.search import Hypothesis, beam_search, greedy, normalise
 
 if TYPE_CHECKING:
@@ -52,7 +54,7 @@ class Translation:
     tokens: list[str]  # target subword pieces of `text` (no EOS)
     src_tokens: list[str]  # source pieces the model read, EOS last ("</s>")
     attention: Tensor  # (T, S) float32; S = len(src_tokens); T = len(tgt_labels)
-    finished: bool  # False when the length limit cut it before EOS
+    finished: bool  # False when the length limit cut it before EOS, or the input was empty
     nbest: list[tuple[str, float]] = field(default_factory=list)  # (text, score), best first
     truncated: bool = False  # the source was longer than data.max_len and was cut
 
@@ -64,14 +66,22 @@ class Translation:
 
 def resolve_device(name: str) -> torch.device:
     """`auto` (GPU when there is one), `cpu`, `cuda` or `cuda:N`, checked."""
-    from nmt import runtime
-
     if name not in ("auto", "cpu", "cuda") and not re.fullmatch(r"cuda:\d+", name):
         raise NmtError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
     try:
         return runtime.resolve_device(name)
     except NmtError as e:
         raise NmtError(str(e).replace("train.device", "--device")) from None
+
+
+def resolve_precision(name: str, device: torch.device) -> Precision:
+    """fp32, bf16, fp16 (GPU only) or auto (the fastest the device supports), checked."""
+    if name not in ("auto", "fp32", "bf16", "fp16"):
+        raise NmtError(f"--precision {name!r}: expected fp32, bf16, fp16 or auto")
+    try:
+        return runtime.resolve_precision(name, device)
+    except NmtError as e:
+        raise NmtError(str(e).replace("train.precision", "--precision")) from None
 
 
 class Translator:
@@ -84,6 +94,7 @@ class Translator:
         tokenizer: Tokenizer,
         config: Config,
         device: torch.device,
+        precision: Precision,
         path: Path | None,
         log: Callable[[str], None],
     ) -> None:
@@ -91,6 +102,7 @@ class Translator:
         self.tokenizer = tokenizer
         self.config = config
         self.device = device
+        self.precision = precision
         self.path = path  # the checkpoint file, when loaded from one
         self.log = log
 
@@ -100,18 +112,25 @@ class Translator:
         path_or_run_dir: str | Path | None = None,
         device: str = "cpu",
         *,
+        precision: str = "fp32",
         log: Callable[[str], None] = _warn,
     ) -> Translator:
         """Load a checkpoint file, a run directory (its best, else last checkpoint), or with
-        nothing given the most recently trained run (`runs/latest`). `log` receives warnings
-        (long inputs cut); by default they are Python warnings."""
+        nothing given the most recently trained run (`runs/latest`).
+
+        `precision` bf16 runs the model under autocast: about twice as fast on CPUs with
+        bf16 matrix units, with scores that differ in the third decimal. `log` receives
+        warnings (long inputs cut); by default they are Python warnings.
+        """
         dev = resolve_device(device)
+        prec = resolve_precision(precision, dev)
         loaded = load_for_inference(path_or_run_dir, dev)
         return cls(
             model=loaded.model,
             tokenizer=loaded.tokenizer,
             config=loaded.config,
             device=dev,
+            precision=prec,
             path=loaded.path,
             log=log,
         )
@@ -173,7 +192,7 @@ class Translator:
                     tokens=[],
                     src_tokens=[],
                     attention=torch.zeros(0, 0),
-                    finished=True,
+                    finished=False,
                     nbest=[("", 0.0)],
                 )
         return [t for t in out if t is not None]
@@ -184,13 +203,19 @@ class Translator:
         return text.lower() if self.config.data.lowercase else text
 
     def _search(self, rows: list[list[int]], *, beam: int, nbest: int) -> list[list[Hypothesis]]:
-        dc = self.config.decode
         batch = collate(rows, None, range(len(rows))).to(self.device)
+        with autocast(self.device, self.precision):
+            return self._run_search(batch.src, batch.src_lens, beam=beam, nbest=nbest)
+
+    def _run_search(
+        self, src: Tensor, src_lens: Tensor, *, beam: int, nbest: int
+    ) -> list[list[Hypothesis]]:
+        dc = self.config.decode
         if beam == 1:
             result = greedy(
                 self.model,
-                batch.src,
-                batch.src_lens,
+                src,
+                src_lens,
                 max_len_ratio=dc.max_len_ratio,
                 max_len_const=dc.max_len_const,
                 min_len=dc.min_len,
@@ -204,8 +229,8 @@ class Translator:
         else:
             result = beam_search(
                 self.model,
-                batch.src,
-                batch.src_lens,
+                src,
+                src_lens,
                 beam=beam,
                 nbest=nbest,
                 length_penalty=dc.length_penalty,

@@ -116,6 +116,7 @@ def test_long_inputs_are_cut_to_max_len_with_a_warning(translator, sentences):
         tokenizer=translator.tokenizer,
         config=dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, max_len=4)),
         device=translator.device,
+        precision="fp32",
         path=None,
         log=messages.append,
     )
@@ -254,6 +255,8 @@ def test_cli_shows_attention_and_writes_one_png_per_sentence(tiny_run, sentences
         (["--beam", "0", "A dog."], "--beam 0"),
         (["--device", "tpu", "A dog."], "--device 'tpu'"),
         (["--attention-plot", "att.jpg", "A dog."], "ending .png"),
+        (["--precision", "fp16", "A dog."], "--precision: fp16 needs a GPU"),
+        (["--precision", "half", "A dog."], "--precision 'half'"),
     ],
 )
 def test_cli_user_errors_are_one_line_and_exit_2(tiny_run, tmp_path, monkeypatch, args, message):
@@ -262,6 +265,20 @@ def test_cli_user_errors_are_one_line_and_exit_2(tiny_run, tmp_path, monkeypatch
     result = nmt("translate", "-m", str(tiny_run.run_dir), *args)
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_cli_progress_bar_stays_off_stdout(tiny_run, sentences):
+    args = ["translate", "-m", str(tiny_run.run_dir), "--progress", "--batch-size", "2"]
+    result = nmt(*args, *sentences)
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == len(sentences)
+
+
+def test_cli_bf16_translates_too(tiny_run, sentences):
+    args = ["translate", "-m", str(tiny_run.run_dir), "--precision", "bf16", "--beam", "2"]
+    result = nmt(*args, *sentences[:3])
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 3
 
 
 def test_cli_without_a_trained_run_says_so(tmp_path, monkeypatch):
