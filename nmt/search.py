@@ -22,7 +22,8 @@ Conventions shared by both functions:
   same output (given a model whose rows do not interact, which packing and masks ensure).
 
 Shape legend: B sentences, Ba sentences still being decoded, K beam size, S source length,
-V target vocabulary, t tokens decoded so far.
+V target vocabulary, W candidates kept per beam (2K, or V if smaller), C candidates per
+sentence (2K), t tokens decoded so far.
 """
 
 from __future__ import annotations
