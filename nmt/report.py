@@ -68,7 +68,10 @@ class Reporter:
         parts = [f"{k}={_fmt(v)}" for k, v in row.items() if k not in ("step", "epoch")]
         line = " ".join(parts)
         if self.progress is not None:
-            self.progress.update(self.task, info=line)
+            # The bar keeps to what fits a terminal line; full rows go to the log.
+            short = {"loss": "loss", "tokens_per_s": "tok/s", "lr": "lr", "val_bleu": "bleu"}
+            brief = [f"{name} {_fmt(row[k])}" for k, name in short.items() if k in row]
+            self.progress.update(self.task, info=" | ".join(brief))
             if "val_loss" in row:
                 self.progress.console.print(f"step {row['step']}: {line}")
         else:
@@ -90,5 +93,5 @@ class Reporter:
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
     return str(value)

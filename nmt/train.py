@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nmt.batching import Batch, collate, epoch_rows, make_batches
 from nmt.checkpoint import RunFiles, load_checkpoint, point_latest_at, save_checkpoint
 from nmt.config import Config, config_from_dict
-from nmt.data import Batch, Prepared, collate, make_batches, prepare
+from nmt.data import Prepared, prepare
 from nmt.errors import NmtError
 from nmt.evaluate import bleu
 from nmt.model import Seq2Seq, build_model
@@ -298,17 +299,7 @@ def _fit(
     tgt_lens = [len(t) for t in train.tgt_ids]
 
     def epoch_batches(epoch: int) -> list[list[int]]:
-        batches = make_batches(
-            src_lens,
-            tgt_lens,
-            batch_size=tc.batch_size,
-            batch_tokens=tc.batch_tokens,
-            shuffle=True,
-            seed=tc.seed,
-            epoch=epoch,
-        )
-        usable = len(batches) - len(batches) % ctx.world  # equal steps on every rank
-        return batches[ctx.rank : usable : ctx.world]
+        return epoch_rows(src_lens, tgt_lens, tc, epoch, rank=ctx.rank, world=ctx.world)
 
     updates_per_epoch = math.ceil(len(epoch_batches(0)) / tc.accum_steps)
     total_steps = tc.max_steps or (tc.max_epochs * updates_per_epoch if tc.max_epochs else None)

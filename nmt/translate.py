@@ -25,9 +25,9 @@ import torch
 from torch import Tensor
 
 from nmt import runtime
+from nmt.batching import collate
 from nmt.checkpoint import load_for_inference
 from nmt.config import Config
-from nmt.data import collate
 from nmt.errors import NmtError
 from nmt.evaluate import Protocol, Score, bleu, chrf
 from nmt.runtime import Precision, autocast

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from nmt.batching import collate
 from nmt.config import config_from_dict
-from nmt.data import collate
 from nmt.model import build_model
 from nmt.runtime import autocast
 from nmt.search import beam_search, greedy

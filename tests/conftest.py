@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from nmt.batching import collate
 from nmt.checkpoint import save_checkpoint
 from nmt.config import Config, load_config
-from nmt.data import collate
 from nmt.model import build_model
 from nmt.tokenizer import PAD_ID, train_or_load
 

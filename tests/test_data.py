@@ -14,18 +14,14 @@ from typing import Any
 import pytest
 import torch
 
+from nmt.batching import collate, epoch_rows, make_batches, padding_fraction
 from nmt.config import Config, DataConfig, config_from_dict
 from nmt.data import (
     MULTI30K_URL,
     DataError,
-    Split,
-    collate,
-    epoch_batches,
     extract_pairs,
     load_split,
     load_splits,
-    make_batches,
-    padding_fraction,
     prepare,
 )
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
@@ -380,21 +376,12 @@ def test_batch_to_keeps_lengths_on_the_cpu() -> None:
     assert moved.src_lens.device.type == "cpu"
 
 
-def test_epoch_batches_split_evenly_across_ranks_and_resume() -> None:
+def test_epoch_rows_split_evenly_across_ranks() -> None:
     src, tgt = random_lengths(101)
-    split = Split(
-        name="train",
-        src_text=[""] * 101,
-        tgt_text=[""] * 101,
-        src_ids=[[5] * n for n in src],
-        tgt_ids=[[6] * n for n in tgt],
-    )
-    cfg = config_from_dict({"train": {"batch_size": 4, "seed": 7}})
-    whole = [b.index.tolist() for b in epoch_batches(split, cfg, epoch=2)]
+    train = config_from_dict({"train": {"batch_size": 4, "seed": 7}}).train
+    whole = epoch_rows(src, tgt, train, epoch=2)
     assert sorted(i for b in whole for i in b) == list(range(101))
-    assert [b.index.tolist() for b in epoch_batches(split, cfg, epoch=2, start=5)] == whole[5:]
-    ranks = [
-        [b.index.tolist() for b in epoch_batches(split, cfg, 2, rank=r, world=3)] for r in range(3)
-    ]
+    assert epoch_rows(src, tgt, train, epoch=2) == whole  # a resumed run finds its place
+    ranks = [epoch_rows(src, tgt, train, 2, rank=r, world=3) for r in range(3)]
     assert len({len(r) for r in ranks}) == 1  # equal steps on every rank
     assert ranks[1] == whole[1 : 3 * len(ranks[1]) : 3]

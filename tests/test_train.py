@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from nmt.batching import collate
 from nmt.checkpoint import RunFiles, load_checkpoint, save_checkpoint
 from nmt.config import Config, config_from_dict, load_config
-from nmt.data import collate
 from nmt.errors import NmtError
 from nmt.model import build_model
 from nmt.optim import Schedule, build_optimizer, lr_factor

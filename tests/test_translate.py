@@ -11,9 +11,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from nmt.batching import collate
 from nmt.checkpoint import CheckpointError
 from nmt.cli import app
-from nmt.data import collate
 from nmt.search import greedy
 from nmt.translate import (
     EOS_PIECE,
