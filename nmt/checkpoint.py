@@ -44,6 +44,9 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a checkpoint is an ordinary file
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save({"format": FORMAT_VERSION, **state}, f)

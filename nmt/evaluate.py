@@ -95,8 +95,9 @@ def bleu(
             raise ValueError("bleu: protocol 'wmt-mmt' needs the target language (lang)")
         prefix = f"protocol:wmt-mmt|lang:{lang}|"
         # lowercase=True changes nothing in text already lowercased; it puts case:lc in the
-        # signature, which is what was done.
-        metric = BLEU(lowercase=True, tokenize="none")
+        # signature, which is what was done. force=True: the text is tokenized on purpose,
+        # so sacrebleu's "forgot to detokenize?" warning does not apply.
+        metric = BLEU(lowercase=True, tokenize="none", force=True)
         return _score(metric, mmt_preprocess(hyps, lang), mmt_preprocess(refs, lang), prefix)
     raise ValueError(f"protocol: unknown {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
 
