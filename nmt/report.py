@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,8 +18,16 @@ class Reporter:
     """metrics.jsonl, TensorBoard scalars/images and the progress display (rank 0 only)."""
 
     def __init__(
-        self, cfg: Config, total_steps: int | None, log: Callable[[str], None], enabled: bool
+        self,
+        cfg: Config,
+        total_steps: int | None,
+        log: Callable[[str], None],
+        *,
+        enabled: bool,
+        start_step: int = 0,
     ) -> None:
+        """`start_step`: the step a resumed run continues from; rows logged after it by the
+        interrupted run (which the resumed run will log again) are dropped."""
         self.enabled = enabled
         self.log = log
         self.metrics = None
@@ -25,11 +35,16 @@ class Reporter:
         self.progress = None
         if not enabled:
             return
-        self.metrics = (cfg.run_dir / "metrics.jsonl").open("a", encoding="utf-8")
+        path = cfg.run_dir / "metrics.jsonl"
+        _drop_rows_after(path, start_step)
+        self.metrics = path.open("a", encoding="utf-8")
         if cfg.run.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(cfg.run_dir / "tensorboard"))
+            # purge_step hides events an interrupted run wrote after its last checkpoint.
+            self.writer = SummaryWriter(
+                str(cfg.run_dir / "tensorboard"), purge_step=start_step + 1 if start_step else None
+            )
         if sys.stderr.isatty():
             from rich.progress import (
                 BarColumn,
@@ -95,3 +110,16 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
     return str(value)
+
+
+def _drop_rows_after(path: Path, step: int) -> None:
+    """Keep the metrics rows up to `step` (atomically: a new file renamed over the old)."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+    if len(kept) == len(lines):
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)

@@ -334,7 +334,7 @@ def _fit(
             "precision": precision,
         }
 
-    reporter = Reporter(cfg, total_steps, log, enabled=ctx.is_main)
+    reporter = Reporter(cfg, total_steps, log, enabled=ctx.is_main, start_step=pos.step)
     stats = Stats(device)
     started = time.monotonic()
     stopped_by = ""

@@ -95,6 +95,8 @@ def test_resume_reaches_the_same_loss_as_an_uninterrupted_run(tmp_path):
     fit(whole, log=lambda _: None)
     part = tiny(tmp_path / "part", *common[1:], "train.max_steps=5")
     fit(part, log=lambda _: None)
+    with (part.run_dir / "metrics.jsonl").open("a") as f:  # logged after last.pt, then killed
+        f.write(json.dumps({"step": 6, "epoch": 1, "loss": 9.9}) + "\n")
     resumed = tiny(tmp_path / "part", *common)
     fit(resumed, resume=True, log=lambda _: None)
 
@@ -102,6 +104,8 @@ def test_resume_reaches_the_same_loss_as_an_uninterrupted_run(tmp_path):
         return {r["step"]: r["loss"] for r in metrics(cfg)}
 
     assert train_losses(resumed)[14] == train_losses(whole)[14]
+    steps = [r["step"] for r in metrics(resumed)]
+    assert steps == sorted(set(steps))  # the killed run's row after step 5 is gone
     a = load_checkpoint(whole.run_dir / "last.pt")["model"]
     b = load_checkpoint(resumed.run_dir / "last.pt")["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
