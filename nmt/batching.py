@@ -30,10 +30,12 @@ class Batch:
     n_tgt_tokens: int  # non-pad target tokens
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """The same batch on `device`; `src_lens` stays on the CPU."""
+        """The same batch on `device`; `src_lens` stays on the CPU. To a GPU with
+        `non_blocking`, the tensors are pinned first so the copy really is asynchronous."""
+        pin = non_blocking and torch.device(device).type == "cuda"
 
         def move(t: Tensor) -> Tensor:
-            return t.to(device, non_blocking=non_blocking)
+            return (t.pin_memory() if pin else t).to(device, non_blocking=non_blocking)
 
         return dataclasses.replace(
             self,
