@@ -313,6 +313,14 @@ def _build(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
     return cls(**kwargs)
 
 
+DEVICES = "auto, cpu, cuda or cuda:N"
+
+
+def is_device_name(name: str) -> bool:
+    """auto | cpu | cuda | cuda:N (the config key train.device and the --device flags)."""
+    return name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit())
+
+
 def _cross_checks(cfg: Config) -> list[str]:
     """Rules that involve more than one key."""
     problems = []
@@ -325,9 +333,8 @@ def _cross_checks(cfg: Config) -> list[str]:
         problems.append("data.hub_name: required when data.format is 'hub'")
     if cfg.train.max_steps == 0 and cfg.train.max_epochs == 0 and cfg.train.max_minutes is None:
         problems.append("train: set at least one of max_steps, max_epochs, max_minutes")
-    dev = cfg.train.device
-    if dev not in ("auto", "cpu", "cuda") and not (dev.startswith("cuda:") and dev[5:].isdigit()):
-        problems.append(f"train.device: {dev!r} is not allowed; expected auto, cpu, cuda or cuda:N")
+    if not is_device_name(cfg.train.device):
+        problems.append(f"train.device: {cfg.train.device!r} is not allowed; expected {DEVICES}")
     return problems
 
 

@@ -11,24 +11,30 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
+from nmt.config import DEVICES, is_device_name
 from nmt.errors import NmtError
 
 Precision = Literal["fp32", "bf16", "fp16"]
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """`auto` = the local rank's GPU when there is one, else the CPU."""
+def resolve_device(
+    name: str, local_rank: int = 0, *, setting: str = "train.device"
+) -> torch.device:
+    """`auto` = the local rank's GPU when there is one, else the CPU. `setting` names where
+    the value came from (a config key or a flag) in errors."""
+    if not is_device_name(name):
+        raise NmtError(f"{setting} {name!r}: expected {DEVICES}")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise NmtError(f"train.device: {name!r} asked for, but no CUDA GPU is available")
+            raise NmtError(f"{setting}: {name!r} asked for, but no CUDA GPU is available")
         if name == "cuda":
             name = f"cuda:{local_rank}"
         index = int(name.split(":")[1])
         if index >= torch.cuda.device_count():
-            raise NmtError(f"train.device: {name!r}, but only {torch.cuda.device_count()} GPU(s)")
+            raise NmtError(f"{setting}: {name!r}, but only {torch.cuda.device_count()} GPU(s)")
     return torch.device(name)
 
 
@@ -40,18 +46,22 @@ def cpu_has_bf16_matmul() -> bool:
         return False
 
 
-def resolve_precision(precision: str, device: torch.device) -> Precision:
+def resolve_precision(
+    precision: str, device: torch.device, *, setting: str = "train.precision"
+) -> Precision:
     """`auto` = bf16 on GPUs that support it, fp16 on older GPUs, bf16 on CPUs with native
     bf16 matrix units, fp32 on other CPUs. fp16 on the CPU is refused: no GradScaler-worthy
-    speed-up there, and bf16 is the CPU's half type."""
+    speed-up there, and bf16 is the CPU's half type. `setting` names the source in errors."""
+    if precision not in ("auto", "fp32", "bf16", "fp16"):
+        raise NmtError(f"{setting} {precision!r}: expected auto, fp32, bf16 or fp16")
     if precision == "auto":
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
         return "bf16" if cpu_has_bf16_matmul() else "fp32"
     if precision == "fp16" and device.type == "cpu":
-        raise NmtError("train.precision: fp16 needs a GPU; use bf16 or fp32 on the CPU")
+        raise NmtError(f"{setting}: fp16 needs a GPU; use bf16 or fp32 on the CPU")
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise NmtError("train.precision: this GPU has no bf16 support; use fp16 or fp32")
+        raise NmtError(f"{setting}: this GPU has no bf16 support; use fp16 or fp32")
     return precision  # type: ignore[return-value]
 
 

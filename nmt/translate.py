@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import sys
 import time
 import warnings
@@ -64,26 +63,6 @@ class Translation:
         return self.tokens + ([EOS_PIECE] if self.finished else [])
 
 
-def resolve_device(name: str) -> torch.device:
-    """`auto` (GPU when there is one), `cpu`, `cuda` or `cuda:N`, checked."""
-    if name not in ("auto", "cpu", "cuda") and not re.fullmatch(r"cuda:\d+", name):
-        raise NmtError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
-    try:
-        return runtime.resolve_device(name)
-    except NmtError as e:
-        raise NmtError(str(e).replace("train.device", "--device")) from None
-
-
-def resolve_precision(name: str, device: torch.device) -> Precision:
-    """fp32, bf16, fp16 (GPU only) or auto (the fastest the device supports), checked."""
-    if name not in ("auto", "fp32", "bf16", "fp16"):
-        raise NmtError(f"--precision {name!r}: expected fp32, bf16, fp16 or auto")
-    try:
-        return runtime.resolve_precision(name, device)
-    except NmtError as e:
-        raise NmtError(str(e).replace("train.precision", "--precision")) from None
-
-
 class Translator:
     """A model, its tokenizer and decoding settings, ready to translate lists of sentences."""
 
@@ -122,8 +101,8 @@ class Translator:
         bf16 matrix units, with scores that differ in the third decimal. `log` receives
         warnings (long inputs cut); by default they are Python warnings.
         """
-        dev = resolve_device(device)
-        prec = resolve_precision(precision, dev)
+        dev = runtime.resolve_device(device, setting="--device")
+        prec = runtime.resolve_precision(precision, dev, setting="--precision")
         loaded = load_for_inference(path_or_run_dir, dev)
         return cls(
             model=loaded.model,
