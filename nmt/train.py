@@ -11,6 +11,7 @@ token counts and gradient norm stay on the device until a logging step reads the
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -204,8 +205,6 @@ def _check_resumable(cfg: Config, saved: dict[str, Any], run_dir: Path) -> None:
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
-    import random
-
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "python": list(random.getstate()[1]),
@@ -217,8 +216,6 @@ def _rng_state(device: torch.device) -> dict[str, Any]:
 
 
 def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
-    import random
-
     torch.set_rng_state(state["torch"])
     random.setstate((state["python_version"], tuple(state["python"]), None))
     if device.type == "cuda" and "cuda" in state:
