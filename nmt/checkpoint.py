@@ -9,9 +9,10 @@ to translate (resolved config, the tokenizer models themselves, vocabulary sizes
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import pickle
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,15 +21,59 @@ import torch
 
 from nmt.config import Config, ConfigError, config_from_dict
 from nmt.errors import NmtError
+from nmt.files import atomic_write
+from nmt.tokenizer import TOKENIZER_FILES, Tokenizer
 
 if TYPE_CHECKING:
     from nmt.model import Seq2Seq
-    from nmt.tokenizer import Tokenizer
 
 FORMAT_VERSION = 1
 LATEST_LINK = Path("runs") / "latest"
 # Files a finished or interrupted run leaves; their presence means "this run exists".
 RUN_MARKERS = ("last.pt", "best.pt", "metrics.jsonl")
+# Everything nmt writes in a run directory, by name pattern; `--overwrite` deletes these and
+# refuses a directory holding anything else. Folders list the patterns of their own entries.
+RUN_FILES = (
+    *RUN_MARKERS,
+    "config.yaml",
+    *TOKENIZER_FILES,
+    "step-*.pt",
+    ".*.tmp",  # an atomic write cut short
+    ".*.link",  # a checkpoint link cut short
+)
+RUN_FOLDERS = {
+    "tensorboard": ("events.out.tfevents.*",),
+    "data": ("hf", "prepared-*", ".prepared-*"),  # datasets' copies and our tokenized cache
+    "eval": ("*.hyp",),
+}
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def run_entries(run_dir: Path) -> list[Path]:
+    """The entries of `run_dir` that nmt wrote (by name: see RUN_FILES, RUN_FOLDERS)."""
+    if not run_dir.is_dir():
+        return []
+    return sorted(
+        p
+        for p in run_dir.iterdir()
+        if (p.is_dir() and p.name in RUN_FOLDERS)
+        or (not p.is_dir() and _matches(p.name, RUN_FILES))
+    )
+
+
+def foreign_entries(run_dir: Path) -> list[Path]:
+    """What in `run_dir` nmt did not write: anything at the top or in its own folders that
+    does not match the names it uses."""
+    foreign = []
+    for p in sorted(run_dir.iterdir()):
+        if p.is_dir() and not p.is_symlink() and p.name in RUN_FOLDERS:
+            foreign += [q for q in sorted(p.iterdir()) if not _matches(q.name, RUN_FOLDERS[p.name])]
+        elif p.is_dir() or not _matches(p.name, RUN_FILES):
+            foreign.append(p)
+    return foreign
 
 
 class CheckpointError(NmtError):
@@ -36,43 +81,37 @@ class CheckpointError(NmtError):
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
-    """Write `state` so that a crash at any moment leaves the previous file intact.
-
-    The bytes go to a temporary file in the same directory, are fsynced, and then the
-    file is renamed over `path` (rename is atomic on POSIX), and the directory is fsynced
-    so the rename itself survives a power cut.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a checkpoint is an ordinary file
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT_VERSION, **state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Write `state` so that a crash, a kill or a full disk at any moment leaves the previous
+    file intact (`nmt.files.atomic_write`)."""
+    atomic_write(path, lambda f: torch.save({"format": FORMAT_VERSION, **state}, f))
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by `save_checkpoint` (plain data only: weights_only=True)."""
+    """Read a checkpoint written by `save_checkpoint`.
+
+    `weights_only=True` unpickles plain data only: a file crafted to run code when loaded
+    is refused before anything in it runs.
+    """
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # corrupt, truncated or foreign files all end here
-        raise CheckpointError(f"{path}: not a readable nmt checkpoint ({e})") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: not an nmt checkpoint of format {FORMAT_VERSION}")
+    except pickle.UnpicklingError as e:
+        # torch explains a refused global over many lines; its first line names it.
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"{path}: refused: not plain checkpoint data ({first[:200]})"
+        ) from None
+    except Exception as e:  # truncated or foreign files end here
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        raise CheckpointError(f"{path}: not a readable nmt checkpoint ({reason})") from None
+    if not isinstance(state, dict) or "format" not in state:
+        raise CheckpointError(f"{path}: not an nmt checkpoint (no format version in it)")
+    if state["format"] != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format {state['format']!r}, but this nmt reads format "
+            f"{FORMAT_VERSION}: use the nmt version that wrote it"
+        )
     return state
 
 
@@ -120,7 +159,6 @@ class Loaded:
 def load_for_inference(model: str | Path | None, device: str | torch.device = "cpu") -> Loaded:
     """Rebuild config, tokenizer and model (in eval mode, on `device`) from a checkpoint."""
     from nmt.model import build_model
-    from nmt.tokenizer import Tokenizer
 
     path = resolve_checkpoint(model)
     state = load_checkpoint(path)
@@ -141,28 +179,52 @@ def load_for_inference(model: str | Path | None, device: str | torch.device = "c
 
 
 class RunFiles:
-    """The run directory: refuses to clobber a finished run, keeps the last k checkpoints."""
+    """The run directory: what is in it, refusing to clobber or delete what is not ours, and
+    keeping the last k step checkpoints."""
 
     def __init__(self, run_dir: Path, keep_last: int) -> None:
         self.dir = run_dir
         self.keep_last = keep_last
 
-    def claim(self, *, resume: bool, overwrite: bool) -> None:
-        existing = [m for m in RUN_MARKERS if (self.dir / m).exists()]
+    def claim(self, *, resume: bool, overwrite: bool) -> bool:
+        """Make the directory ready for a run; True when there is a checkpoint to resume.
+
+        `resume` on a run that wrote files but no checkpoint yet (killed in its first
+        minutes) starts it again from the beginning. `overwrite` deletes the files of a
+        previous run and nothing else: a directory holding anything nmt did not write is
+        refused, untouched.
+        """
         if resume:
-            if not (self.dir / "last.pt").is_file():
+            if (self.dir / "last.pt").is_file():
+                return True
+            if not any(run_entries(self.dir)):
                 raise NmtError(
-                    f"{self.dir}: nothing to resume (no last.pt); train without --resume"
+                    f"{self.dir}: nothing to resume (no run here); train without --resume"
                 )
-            return
+            return False
+        existing = [m for m in RUN_MARKERS if (self.dir / m).exists()]
         if existing and not overwrite:
             raise NmtError(
                 f"{self.dir}: a run already exists here ({', '.join(existing)}); "
                 "continue it with --resume, or start over with --overwrite"
             )
-        if overwrite and self.dir.exists():
-            shutil.rmtree(self.dir)
+        if overwrite and self.dir.is_dir():
+            foreign = foreign_entries(self.dir)
+            if foreign:
+                shown = ", ".join(str(p) for p in foreign[:3]) + (
+                    " ..." if len(foreign) > 3 else ""
+                )
+                raise NmtError(
+                    f"{self.dir}: --overwrite deletes only a run's own files, and this directory "
+                    f"holds others ({shown}); nothing was deleted: choose another run.dir"
+                )
+            for entry in run_entries(self.dir):
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
         self.dir.mkdir(parents=True, exist_ok=True)
+        return False
 
     def save(self, state: dict[str, Any], *, step: int, best: bool) -> None:
         """Write last.pt atomically; best.pt and step-N.pt are hard links to the same bytes

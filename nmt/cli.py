@@ -7,10 +7,12 @@ become one line on stderr and exit code 2, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -26,8 +28,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-T = TypeVar("T")
-
 ConfigArg = Annotated[
     Path, typer.Argument(help="YAML config file, e.g. configs/multi30k_en_fr.yaml")
 ]
@@ -42,29 +42,55 @@ SetOpt = Annotated[
 ]
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
 
-def _guard(fn: Callable[[], T]) -> T:
-    """Run `fn`, turning user-fixable errors into one line each and exit code 2."""
+@app.callback()
+def main(
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Show the full traceback of an error (also: NMT_DEBUG=1).",
+            envvar="NMT_DEBUG",
+        ),
+    ] = False,
+) -> None:
+    """Neural machine translation: one YAML file gives a tokenizer, a trained model,
+    translations and a BLEU score."""
+    global _debug
+    _debug = debug
+
+
+_debug = False
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Mistakes a user can fix become one line each on stderr and exit code 2 (with
+    `--debug`, the traceback too); Ctrl-C outside training exits 130."""
     try:
-        return fn()
+        yield
     except ConfigError as e:
+        if _debug:
+            traceback.print_exc()
         for problem in e.problems:
             typer.echo(f"error: {e.source}: {problem}", err=True)
         raise typer.Exit(2) from None
     except NmtError as e:
+        if _debug:
+            traceback.print_exc()
         _fail(str(e))
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         raise typer.Exit(130) from None
-    raise AssertionError("unreachable")
 
 
 def _load(config: Path, overrides: list[str] | None) -> Config:
-    return _guard(lambda: load_config(config, overrides or []))
+    with user_errors():
+        return load_config(config, overrides or [])
 
 
 @app.command("check-config")
@@ -84,15 +110,12 @@ def prepare(config: ConfigArg, set_: SetOpt = None) -> None:
     Example: NMT_DATA_DIR=../shared/data/multi30k nmt prepare configs/multi30k_en_fr.yaml
     """
     cfg = _load(config, set_)
-
-    def run() -> None:
+    with user_errors():
         from nmt.data import prepare as prepare_data
 
         prepared = prepare_data(cfg, log=typer.echo)
         for line in prepared.report_lines():
             typer.echo(line)
-
-    _guard(run)
 
 
 @app.command()
@@ -115,13 +138,14 @@ def train(
     if resume and overwrite:
         _fail("--resume and --overwrite exclude each other")
     cfg = _load(config, set_)
-
-    def run() -> None:
+    with user_errors():
         from nmt.train import fit
 
-        fit(cfg, resume=resume, overwrite=overwrite, log=typer.echo, config_path=str(config))
-
-    _guard(run)
+        result = fit(
+            cfg, resume=resume, overwrite=overwrite, log=typer.echo, config_path=str(config)
+        )
+    if result.signal is not None:
+        raise typer.Exit(128 + result.signal)
 
 
 # --------------------------------------------------------------------------- translate, eval
@@ -148,8 +172,8 @@ PrecisionOpt = Annotated[
     str,
     typer.Option(
         "--precision",
-        help="fp32; bf16 (about twice as fast on CPUs with bf16 units, scores differ "
-        "slightly); fp16 (GPU); auto (the fastest the device has).",
+        help="fp32; bf16 (CPUs with bf16 units and recent GPUs; scores differ slightly); "
+        "fp16 (GPU); auto (bf16 or fp16 on a GPU, bf16 on CPUs with bf16 units, else fp32).",
     ),
 ]
 ProgressOpt = Annotated[
@@ -224,20 +248,20 @@ def translate(
     a warning.
     """
 
-    def run() -> None:
-        from nmt.translate import (
-            Translator,
-            format_attention,
-            plot_attention,
-            plot_paths,
-            read_lines,
-            write_lines,
-        )
+    with user_errors():
+        from nmt.display import format_attention, plot_attention, plot_paths
+        from nmt.files import check_writable, read_lines, write_lines
+        from nmt.translate import Translator
 
         if sentences and input_ is not None:
             raise NmtError("give sentences as arguments or --input FILE, not both")
         if attention_plot is not None and attention_plot.suffix.lower() != ".png":
             raise NmtError(f"--attention-plot {attention_plot}: expected a file name ending .png")
+        # Before any decoding: a bad output path should not cost a whole translation run.
+        if output is not None:
+            check_writable(output, "--output")
+        if attention_plot is not None:
+            check_writable(attention_plot, "--attention-plot")
         if sentences:
             lines = list(sentences)
         else:
@@ -271,8 +295,6 @@ def translate(
                 if t.src_tokens:  # an empty input has no attention to draw
                     plot_attention(t, path)
                     typer.echo(f"attention plot: {path}", err=True)
-
-    _guard(run)
 
 
 @app.command("eval")
@@ -325,21 +347,32 @@ def eval_(
     `sacrebleu REF -i HYP` on the references and the hypothesis file written.
     """
 
-    def run() -> None:
+    with user_errors():
         import json
 
-        from nmt.evaluate import PROTOCOLS
-        from nmt.translate import Translator, evaluate_split, read_lines, test_sets
+        from nmt.evaluate import PROTOCOLS, evaluate_split, test_sets
+        from nmt.files import check_writable, read_lines
+        from nmt.translate import Translator
 
         if protocol not in PROTOCOLS:
             raise NmtError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         if (src is None) != (ref is None):
             raise NmtError("--src and --ref go together: a source file and its references")
+        if output is not None:
+            check_writable(output, "--output")
         metrics = [m for m, on in (("bleu", bleu), ("chrf", chrf)) if on] or ["bleu"]
-        translator = Translator.from_checkpoint(model, device, precision=precision, log=_warn)
-        if src is not None and ref is not None:
+        given: list[tuple[str, list[str], list[str]]] = []
+        if src is not None and ref is not None:  # read and checked before the model loads
             name = src.name.split(".")[0] or src.name  # test_2016_flickr.en -> test_2016_flickr
-            sets = [(name, read_lines(src), read_lines(ref))]
+            given = [(name, read_lines(src), read_lines(ref))]
+            if len(given[0][1]) != len(given[0][2]):
+                raise NmtError(
+                    f"--src {src} has {len(given[0][1])} lines but --ref {ref} has "
+                    f"{len(given[0][2])}: they must be aligned line by line"
+                )
+        translator = Translator.from_checkpoint(model, device, precision=precision, log=_warn)
+        if given:
+            sets = given
         else:
             cache = translator.run_dir / "data" / "hf" if translator.run_dir else None
             sets = test_sets(translator.config, cache)
@@ -371,5 +404,3 @@ def eval_(
                 f"({rate:.1f} sentences/s); hypotheses in {report.hypotheses}",
                 err=True,
             )
-
-    _guard(run)

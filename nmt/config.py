@@ -34,9 +34,16 @@ class ConfigError(NmtError, ValueError):
         super().__init__(f"{source}: " + "; ".join(problems))
 
 
-def _opt(default: Any, *, min: float | None = None, max: float | None = None, help: str = ""):
-    """A field with an allowed range; `help` documents it in `nmt check-config`."""
-    return field(default=default, metadata={"min": min, "max": max, "help": help})
+def _opt(
+    default: Any,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    above: float | None = None,
+    help: str = "",
+):
+    """A field with an allowed range (`above`: a strict lower bound); `help` documents it."""
+    return field(default=default, metadata={"min": min, "max": max, "above": above, "help": help})
 
 
 # Names people bring from other toolkits, mapped to ours.
@@ -139,13 +146,18 @@ class TrainConfig:
     plateau_patience: int = _opt(2, min=0)
     min_lr: float = _opt(0.0, min=0.0)
     label_smoothing: float = _opt(0.1, min=0.0, max=1.0)
-    clip_norm: float | None = _opt(1.0, min=0.0)
+    clip_norm: float | None = _opt(1.0, above=0.0, help="gradient norm clip; null = no clipping")
     valid_every: int = _opt(0, min=0, help="validate every N steps; 0 = at the end of each epoch")
     valid_metric: Literal["bleu", "loss"] = "bleu"
     patience: int = _opt(0, min=0, help="early stopping after N validations without gain; 0 = off")
     log_every: int = _opt(50, min=1)
     keep_last: int = _opt(3, min=1)
-    max_skipped_steps: int = _opt(100, min=1, help="fp16: stop after N consecutive skipped steps")
+    max_bad_steps: int = _opt(
+        100, min=1, help="stop after N updates in a row skipped for inf/NaN gradients"
+    )
+    save_every_minutes: float | None = _opt(
+        10.0, above=0.0, help="also write last.pt this often; null = at validation only"
+    )
 
 
 @dataclass(frozen=True)
@@ -273,6 +285,10 @@ def _coerce(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
     return _MISSING
 
 
+# Keys renamed since a release; checkpoints store their config, so old names still load.
+RENAMED = {"train.max_skipped_steps": "max_bad_steps"}
+
+
 def _build(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
     """Build dataclass `cls` from a mapping, collecting problems instead of raising."""
     if raw is None:
@@ -285,6 +301,8 @@ def _build(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         key_path = f"{path}.{key}" if path else str(key)
+        if key_path in RENAMED:
+            key = RENAMED[key_path]
         if key not in fields:
             near = difflib.get_close_matches(str(key), fields, n=1, cutoff=0.6)
             hint = f" (did you mean '{near[0]}'?)" if near else ""
@@ -301,10 +319,14 @@ def _build(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
         if out is _MISSING:
             continue
         meta = fields[key].metadata
-        lo, hi = meta.get("min"), meta.get("max")
+        lo, hi, above = meta.get("min"), meta.get("max"), meta.get("above")
         if isinstance(out, (int, float)) and not isinstance(out, bool):
             if lo is not None and out < lo:
                 problems.append(f"{key_path}: {out} is below the minimum {lo}")
+                continue
+            if above is not None and out <= above:
+                off = " (null turns it off)" if out == above and fields[key].default else ""
+                problems.append(f"{key_path}: {out} must be above {above}{off}")
                 continue
             if hi is not None and out > hi:
                 problems.append(f"{key_path}: {out} is above the maximum {hi}")
@@ -399,7 +421,7 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError([f"{where}invalid YAML ({problem})"], str(path)) from None
     if raw is None:

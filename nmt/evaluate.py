@@ -1,4 +1,5 @@
-"""Corpus BLEU and chrF through sacrebleu, with signatures, for validation and `nmt eval`.
+"""Corpus BLEU and chrF through sacrebleu, with signatures, for validation and `nmt eval`;
+and the eval run itself: a test set translated, written and scored (`evaluate_split`).
 
 Scores are never computed by hand: sacrebleu does the tokenisation, counting and
 smoothing, and its signature says exactly how, so a number printed here is the number
@@ -20,9 +21,20 @@ sacrebleu and sacremoses are imported when a score is asked for, not with this m
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from nmt.errors import NmtError
+from nmt.files import write_lines
+
+if TYPE_CHECKING:
+    from nmt.config import Config
+    from nmt.translate import Translator
 
 Protocol = Literal["sacrebleu", "wmt-mmt"]
 PROTOCOLS: tuple[Protocol, ...] = ("sacrebleu", "wmt-mmt")
@@ -108,3 +120,99 @@ def chrf(hyps: Sequence[str], refs: Sequence[str], *, lowercase: bool = False) -
 
     _check(hyps, refs)
     return _score(CHRF(lowercase=lowercase), hyps, refs)
+
+
+# --------------------------------------------------------------------------- the eval run
+
+
+def test_sets(config: Config, cache_dir: Path | None) -> list[tuple[str, list[str], list[str]]]:
+    """The config's test split(s) as (name, sources, references), read as training read them
+    (lowercased when data.lowercase). `NMT_DATA_DIR` overrides data.dir, as for training."""
+    from nmt.config import DATA_DIR_ENV
+    from nmt.corpus import load_split, load_splits
+
+    data = config.data
+    if os.environ.get(DATA_DIR_ENV):
+        data = dataclasses.replace(data, dir=os.environ[DATA_DIR_ENV])
+    if data.test:
+        named = [(name, load_split(data, name, cache_dir=cache_dir)) for name in data.test]
+    elif data.test_size:  # held out of the train split, as `nmt train` did
+        named = [
+            (name, ds)
+            for role, name, ds in load_splits(data, cache_dir=cache_dir)
+            if role == "test"
+        ]
+    else:
+        raise NmtError("data.test: the run's config names no test split; pass --src and --ref")
+    return [(name, ds["src"][:], ds["tgt"][:]) for name, ds in named]
+
+
+@dataclass
+class EvalReport:
+    """One test set translated and scored."""
+
+    split: str
+    n: int
+    beam: int
+    seconds: float
+    scores: dict[str, Score]  # "bleu" and/or "chrf"
+    protocol: Protocol
+    hypotheses: Path
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "split": self.split,
+            **{name: s.score for name, s in self.scores.items()},
+            "signature": {name: s.signature for name, s in self.scores.items()},
+            "protocol": self.protocol,
+            "n": self.n,
+            "beam": self.beam,
+            "seconds": round(self.seconds, 3),
+            "sentences_per_s": round(self.n / self.seconds, 2) if self.seconds > 0 else None,
+            "hypotheses": str(self.hypotheses),
+        }
+
+
+def evaluate_split(
+    translator: Translator,
+    *,
+    split: str,
+    sources: Sequence[str],
+    references: Sequence[str],
+    hyp_path: Path | None,
+    metrics: Sequence[str],
+    beam: int | None,
+    batch_size: int | None,
+    lowercase: bool,
+    protocol: Protocol,
+    progress: bool,
+) -> EvalReport:
+    """Translate `sources`, write the hypotheses (one a line) to `hyp_path`, by default
+    `<run_dir>/eval/<split>.beam<K>.hyp`, and score them against `references`."""
+    if len(sources) != len(references):
+        raise NmtError(
+            f"{split}: {len(sources)} source lines but {len(references)} reference lines"
+        )
+    beam = translator.config.decode.beam if beam is None else beam
+    start = time.perf_counter()
+    out = translator.translate(sources, beam=beam, batch_size=batch_size, progress=progress)
+    seconds = time.perf_counter() - start
+    hyps = [t.text for t in out]
+    if hyp_path is None:
+        hyp_path = (translator.run_dir or Path(".")) / "eval" / f"{split}.beam{beam}.hyp"
+    write_lines(hyp_path, hyps)
+    scores: dict[str, Score] = {}
+    if "bleu" in metrics:
+        lang = translator.config.data.tgt_lang
+        scores["bleu"] = bleu(hyps, references, lowercase=lowercase, protocol=protocol, lang=lang)
+    if "chrf" in metrics:
+        scores["chrf"] = chrf(hyps, references, lowercase=lowercase or protocol == "wmt-mmt")
+    return EvalReport(
+        split=split,
+        n=len(hyps),
+        beam=beam,
+        seconds=seconds,
+        scores=scores,
+        protocol=protocol,
+        hypotheses=hyp_path,
+    )

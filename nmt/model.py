@@ -361,8 +361,9 @@ class Seq2Seq(nn.Module):
         """src (B, S) int64 ending in EOS, src_lens (B,) int64 on the CPU -> Encoded."""
         emb = self.dropout(self.src_embed(src))  # (B, S, E)
         states, final, final_cell = self.encoder(emb, src_lens)
-        positions = torch.arange(src.size(1), device=src.device)  # (S,)
-        mask = positions.unsqueeze(0) < src_lens.to(src.device).unsqueeze(1)  # (B, S)
+        # From the ids, not from src_lens: those live on the CPU, and copying them to a GPU
+        # would block on every forward pass. Real tokens are never PAD.
+        mask = src != self.pad_id  # (B, S)
         if self.bridge is not None:
             h0, c0 = self.bridge(final, final_cell)
         else:

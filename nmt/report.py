@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,9 @@ from typing import Any
 import torch
 
 from nmt.config import Config
+from nmt.files import atomic_write
+
+Log = Callable[[str], None]  # where progress lines go: print, typer.echo, a list's append
 
 
 class Reporter:
@@ -21,7 +23,7 @@ class Reporter:
         self,
         cfg: Config,
         total_steps: int | None,
-        log: Callable[[str], None],
+        log: Log,
         *,
         enabled: bool,
         start_step: int = 0,
@@ -120,6 +122,4 @@ def _drop_rows_after(path: Path, step: int) -> None:
     kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
     if len(kept) == len(lines):
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(kept), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, "".join(kept).encode("utf-8"))

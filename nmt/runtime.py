@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -38,12 +42,19 @@ def resolve_device(
     return torch.device(name)
 
 
+@functools.cache
 def cpu_has_bf16_matmul() -> bool:
     """True where oneDNN runs bf16 matrix products natively (AVX512-BF16 or AMX)."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def cuda_has_native_bf16(device: torch.device) -> bool:
+    """bf16 in hardware: compute capability 8.0 (Ampere) and later. `is_bf16_supported()`
+    also counts emulation (V100, T4), where bf16 is slower than fp16."""
+    return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def resolve_precision(
@@ -56,7 +67,7 @@ def resolve_precision(
         raise NmtError(f"{setting} {precision!r}: expected auto, fp32, bf16 or fp16")
     if precision == "auto":
         if device.type == "cuda":
-            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+            return "bf16" if cuda_has_native_bf16(device) else "fp16"
         return "bf16" if cpu_has_bf16_matmul() else "fp32"
     if precision == "fp16" and device.type == "cpu":
         raise NmtError(f"{setting}: fp16 needs a GPU; use bf16 or fp32 on the CPU")
@@ -69,7 +80,26 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
     """Mixed-precision context for the forward pass and loss (a no-op in fp32)."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+    cast = torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+    if device.type == "cpu" and not cpu_has_bf16_matmul():
+        # Without AVX512-BF16/AMX, oneDNN has no bf16 LSTM kernel and fails ("could not
+        # create a primitive descriptor"); ATen's own kernels run it instead.
+        stack = contextlib.ExitStack()
+        stack.enter_context(_without_onednn())
+        stack.enter_context(cast)
+        return stack
+    return cast
+
+
+@contextlib.contextmanager
+def _without_onednn() -> Iterator[None]:
+    # torch.backends.mkldnn.flags() would also reset TF32 flags, with a warning each time.
+    before = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = before  # type: ignore[assignment]
 
 
 def seed_everything(seed: int) -> None:
@@ -77,13 +107,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
-def configure_device(device: torch.device, threads: int | None) -> None:
-    """Per-process settings: CPU threads; on GPUs cuDNN autotuning for RNNs and TF32 matmuls."""
+def configure_device(device: torch.device, threads: int | None = None) -> None:
+    """Per-process settings, the same for training, validation, `nmt translate` and `nmt eval`
+    (so that they compute alike): CPU threads; on GPUs, TF32 for fp32 matrix products and
+    cuDNN RNNs. (cuDNN's `benchmark` autotuner is left off: it picks convolution
+    algorithms, and this model has none.)"""
     if threads is not None:
         torch.set_num_threads(threads)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
@@ -126,3 +158,45 @@ def init_distributed(device_name: str) -> Distributed:
 def shutdown_distributed(ctx: Distributed) -> None:
     if ctx.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+class StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM (Slurm, Kubernetes, `timeout`) as a request to stop.
+
+    Inside the `with` block a signal only sets `received`; the training loop reads it at
+    the next step boundary, saves, and exits 128 + the signal number. Stopping in the middle
+    of an update would save a state that no uninterrupted run passes through. A second
+    signal raises KeyboardInterrupt at once (atomic writes keep the last checkpoint whole).
+    Handlers can only be set in the main thread; elsewhere this does nothing.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, log: Callable[[str], None] = print) -> None:
+        self.received: int | None = None
+        self.log = log
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received is not None else ""
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signum
+        self.log(
+            f"{signal.Signals(signum).name}: stopping after this update to save a checkpoint "
+            "(again to stop at once)"
+        )
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()

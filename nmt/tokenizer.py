@@ -12,9 +12,7 @@ import dataclasses
 import io
 import itertools
 import json
-import os
 import random
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ import sentencepiece as spm
 
 from nmt.config import TokenizerConfig
 from nmt.errors import NmtError
+from nmt.files import atomic_write
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))  # never part of a decoded sentence
@@ -31,6 +30,7 @@ JOINT_FILE = "spm.model"
 SRC_FILE = "spm.src.model"
 TGT_FILE = "spm.tgt.model"
 SETTINGS_FILE = "spm.json"  # the tokenizer config a run's models were trained with
+TOKENIZER_FILES = (JOINT_FILE, SRC_FILE, TGT_FILE, SETTINGS_FILE)
 
 # Sentencepiece's own sampling (input_sentence_size + shuffle_input_sentence) differs from
 # process to process even after set_random_generator_seed; sampling here with a fixed seed
@@ -76,9 +76,9 @@ class Tokenizer:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         for name, data in models.items():
-            _write_atomic(out_dir / _FILES[name], data)
+            atomic_write(out_dir / _FILES[name], data)
         settings = json.dumps(dataclasses.asdict(cfg), indent=2, sort_keys=True)
-        _write_atomic(out_dir / SETTINGS_FILE, settings.encode("utf-8"))
+        atomic_write(out_dir / SETTINGS_FILE, settings.encode("utf-8"))
         # hard_vocab_limit=False lets a small corpus end below vocab_size: say what it got.
         if tok.joint:
             sizes = f"joint vocabulary {tok.src_vocab_size}"
@@ -265,15 +265,3 @@ def _processor(data: bytes, name: str) -> spm.SentencePieceProcessor:
             f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
         )
     return sp
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temporary file and rename, so a crash never leaves half a model."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -1,11 +1,14 @@
 """Training: `fit(cfg)` runs one readable loop from a config to checkpoints.
 
 The loop: batches bucketed by length (reshuffled each epoch, reproducible from the seed);
-autocast for the forward pass and loss; the GradScaler for fp16 (`unscale_` before the
-clip); gradient accumulation normalised by the tokens of the whole update; validation
-(loss, perplexity, greedy BLEU) with best/last checkpoints; early stopping; metrics to
-`metrics.jsonl` and TensorBoard. Nothing in a step forces a host-device sync: the loss,
-token counts and gradient norm stay on the device until a logging step reads them.
+one update per group of accumulated batches (`nmt.step`); validation (loss, perplexity,
+greedy BLEU) with best/last checkpoints; early stopping; metrics to `metrics.jsonl` and
+TensorBoard. Every stop condition is checked before an update, never inside one: Ctrl-C
+and SIGTERM, the step/epoch/time budgets, early stopping. So a checkpoint always holds a
+state that an uninterrupted run passes through, and resuming it is exact.
+
+Nothing in a step forces a host-device sync: the loss, token counts, gradient norm and
+skipped-update counts stay on the device until a logging step reads them.
 """
 
 from __future__ import annotations
@@ -13,28 +16,28 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+import torch.distributed as dist
 from torch import nn
 
-from nmt.batching import Batch, collate, epoch_rows, make_batches
+from nmt.batching import collate, epoch_rows, make_batches
 from nmt.checkpoint import RunFiles, load_checkpoint, point_latest_at, save_checkpoint
-from nmt.config import Config, config_from_dict
+from nmt.config import Config, TrainConfig, config_from_dict
 from nmt.data import Prepared, prepare
 from nmt.errors import NmtError
 from nmt.evaluate import bleu
+from nmt.files import atomic_write
 from nmt.model import Seq2Seq, build_model
 from nmt.optim import Schedule, build_optimizer
-from nmt.report import Reporter
+from nmt.report import Log, Reporter
 from nmt.runtime import (
     Distributed,
     Precision,
+    StopSignals,
     autocast,
     configure_device,
     init_distributed,
@@ -44,24 +47,8 @@ from nmt.runtime import (
     shutdown_distributed,
 )
 from nmt.search import greedy
-from nmt.tokenizer import PAD_ID
-
-Log = Callable[[str], None]
-
-
-def token_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-    """Summed cross entropy over the non-pad target tokens, computed in fp32.
-
-    logits (B, T, V) in any dtype, target (B, T) -> scalar (sum, not mean: the caller
-    divides by the tokens of the whole update so accumulation equals one large batch).
-    """
-    return F.cross_entropy(
-        logits.float().flatten(0, 1),  # (B*T, V)
-        target.flatten(),
-        ignore_index=PAD_ID,
-        label_smoothing=label_smoothing,
-        reduction="sum",
-    )
+from nmt.step import make_scaler, token_loss, update
+from nmt.tokenizer import Tokenizer
 
 
 @dataclass
@@ -73,7 +60,403 @@ class Position:
     batch_in_epoch: int = 0  # this rank's batches of `epoch` already consumed
     best_score: float | None = None
     bad_validations: int = 0  # validations since the best one, for early stopping
-    skipped_steps: int = 0  # fp16 updates skipped for inf/NaN gradients
+    skipped_steps: int = 0  # updates skipped for inf/NaN gradients, in all
+
+
+# --------------------------------------------------------------------------- the state
+
+
+@dataclass
+class TrainState:
+    """Everything a checkpoint holds: how it is set up, saved and restored, side by side."""
+
+    cfg: Config
+    tokenizer: Tokenizer
+    model: Seq2Seq
+    optimizer: torch.optim.Optimizer
+    schedule: Schedule
+    scaler: torch.amp.GradScaler
+    pos: Position
+    device: torch.device
+    precision: Precision
+
+    @classmethod
+    def build(
+        cls,
+        cfg: Config,
+        tokenizer: Tokenizer,
+        device: torch.device,
+        precision: Precision,
+        total_steps: int | None,
+    ) -> TrainState:
+        """A fresh model and optimizer at step 0 (the weights drawn from the seeded RNG)."""
+        model = build_model(
+            cfg.model,
+            src_vocab_size=tokenizer.src_vocab_size,
+            tgt_vocab_size=tokenizer.tgt_vocab_size,
+            shared_vocab=tokenizer.joint,
+        ).to(device)
+        optimizer = build_optimizer(cfg.train, model.parameters())
+        return cls(
+            cfg=cfg,
+            tokenizer=tokenizer,
+            model=model,
+            optimizer=optimizer,
+            schedule=Schedule(cfg.train, optimizer, total_steps),
+            scaler=make_scaler(device, precision),
+            pos=Position(),
+            device=device,
+            precision=precision,
+        )
+
+    def checkpoint(self) -> dict[str, Any]:
+        """What a checkpoint holds: enough to translate (config, tokenizer, weights) and to
+        continue exactly (optimizer, schedule, scaler, position in the data, RNG states)."""
+        return {
+            "config": self.cfg.to_dict(),
+            "tokenizer": self.tokenizer.to_bytes(),
+            "vocab": {"src": self.tokenizer.src_vocab_size, "tgt": self.tokenizer.tgt_vocab_size},
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "position": self.pos.__dict__.copy(),
+            "rng": _rng_state(self.device),
+            "precision": self.precision,
+        }
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Put back what `checkpoint` saved (the config and tokenizer are checked, not set)."""
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.schedule.load_state_dict(saved["schedule"])
+        if saved["scaler"]:  # empty when written by a disabled scaler (older checkpoints)
+            self.scaler.load_state_dict(saved["scaler"])
+        self.pos = Position(**saved["position"])
+        _set_rng_state(saved["rng"], self.device)
+
+
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": list(random.getstate()[1]),
+        "python_version": random.getstate()[0],
+    }
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate((state["python_version"], tuple(state["python"]), None))
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def _check_resumable(cfg: Config, saved: dict[str, Any], run_dir: Path) -> None:
+    """Resuming may change how training goes on (lr, steps, ...), not what is trained."""
+    old = config_from_dict(saved["config"])
+    for section in ("model", "tokenizer", "data"):
+        if getattr(old, section) != getattr(cfg, section):
+            a, b = getattr(old, section).__dict__, getattr(cfg, section).__dict__
+            diffs = [f"{section}.{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k]]
+            raise NmtError(
+                f"{run_dir}: cannot resume with a different {section} config "
+                f"({'; '.join(diffs)}); use another run.dir or --overwrite"
+            )
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+def stop_reason(pos: Position, tc: TrainConfig) -> str:
+    """Why the run must take no further update, from its position alone ("" = go on).
+
+    The same on every process, so it needs no agreement under DDP. Checked before every
+    update, so that a finished run, resumed, does nothing.
+    """
+    if tc.max_steps and pos.step >= tc.max_steps:
+        return "max_steps"
+    if tc.max_epochs and pos.epoch >= tc.max_epochs:
+        return "max_epochs"
+    if tc.patience and pos.bad_validations >= tc.patience:
+        return "early stopping"
+    return ""
+
+
+def outside_reason(
+    signals: StopSignals, tc: TrainConfig, minutes: float, ctx: Distributed, device: torch.device
+) -> str:
+    """Why to stop that comes from outside the run: a signal, or this invocation's time
+    budget (`train.max_minutes`). Under DDP the processes agree (any rank's signal, rank 0's
+    clock), which costs a host sync: the loop asks only at log steps then."""
+    sig = signals.received or 0
+    over = int(tc.max_minutes is not None and minutes >= tc.max_minutes)
+    if ctx.enabled:
+        both = torch.tensor([sig, over if ctx.is_main else 0], device=device)
+        dist.all_reduce(both, op=dist.ReduceOp.MAX)
+        sig, over = (int(x) for x in both.tolist())
+        if sig and signals.received is None:
+            signals.received = sig
+    if sig:
+        return signals.name
+    return "max_minutes" if over else ""
+
+
+def check_bad_steps(stats: Stats, pos: Position, tc: TrainConfig, saved: str) -> None:
+    """Count the updates skipped for inf/NaN gradients; stop when too many come in a row.
+
+    Reads device counters, so it runs at log steps only. `saved` says where the last good
+    checkpoint is: a skipped update leaves the weights untouched, so nothing bad was saved.
+    """
+    most = int(stats.most_skips.item())
+    pos.skipped_steps += int(stats.skips.item())
+    stats.skips.zero_()
+    stats.most_skips.zero_()
+    if most >= tc.max_bad_steps:
+        raise NmtError(
+            f"stopped at step {pos.step}: {most} updates in a row had inf/NaN loss or gradients "
+            f"and were skipped (train.max_bad_steps {tc.max_bad_steps}); {saved}. Try a lower "
+            "train.lr, a train.clip_norm, or train.precision fp32"
+        )
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class FitResult:
+    run_dir: Path
+    step: int
+    epoch: int
+    best_score: float | None
+    stopped_by: str  # max_steps, max_epochs, max_minutes, early stopping, SIGINT, SIGTERM, ...
+    signal: int | None = None  # the signal that stopped it: exit with 128 + signal
+
+
+def fit(
+    cfg: Config,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    log: Log = print,
+    config_path: str | None = None,
+) -> FitResult:
+    """Train the model `cfg` describes; returns where training ended and why."""
+    ctx = init_distributed(cfg.train.device)
+    log = log if ctx.is_main else _quiet
+    try:
+        with StopSignals(log) as signals:
+            return _fit(
+                cfg,
+                ctx,
+                signals,
+                resume=resume,
+                overwrite=overwrite,
+                log=log,
+                config_path=config_path,
+            )
+    finally:
+        shutdown_distributed(ctx)
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def _fit(
+    cfg: Config,
+    ctx: Distributed,
+    signals: StopSignals,
+    *,
+    resume: bool,
+    overwrite: bool,
+    log: Log,
+    config_path: str | None,
+) -> FitResult:
+    tc = cfg.train
+    device = resolve_device(tc.device, ctx.local_rank)
+    precision = resolve_precision(tc.precision, device)
+    configure_device(device, tc.threads)
+    run = RunFiles(cfg.run_dir, tc.keep_last)
+    has_checkpoint = run.claim(resume=resume, overwrite=overwrite) if ctx.is_main else resume
+    if ctx.is_main:
+        atomic_write(cfg.run_dir / "config.yaml", cfg.to_yaml().encode("utf-8"))
+        if resume and not has_checkpoint:
+            log(f"{cfg.run_dir}: no checkpoint yet (stopped before its first); starting over")
+    ctx.barrier()
+    saved = load_checkpoint(cfg.run_dir / "last.pt") if has_checkpoint else None
+    if saved is not None:
+        _check_resumable(cfg, saved, cfg.run_dir)
+    seed_everything(tc.seed)
+
+    if not ctx.is_main:
+        ctx.barrier()  # rank 0 trains the tokenizer and fills the cache first
+    prepared = prepare(cfg, log=log)
+    if ctx.is_main:
+        for line in prepared.report_lines():
+            log(line)
+        ctx.barrier()
+    train = prepared.train
+    src_lens = [len(s) for s in train.src_ids]
+    tgt_lens = [len(t) for t in train.tgt_ids]
+
+    def epoch_batches(epoch: int) -> list[list[int]]:
+        return epoch_rows(src_lens, tgt_lens, tc, epoch, rank=ctx.rank, world=ctx.world)
+
+    updates_per_epoch = math.ceil(len(epoch_batches(0)) / tc.accum_steps)
+    total_steps = tc.max_steps or (tc.max_epochs * updates_per_epoch if tc.max_epochs else None)
+    ts = TrainState.build(cfg, prepared.tokenizer, device, precision, total_steps)
+    if saved is not None:
+        ts.restore(saved)
+        log(f"resuming {cfg.run_dir} at step {ts.pos.step} (epoch {ts.pos.epoch + 1})")
+    pos, model = ts.pos, ts.model
+    net: nn.Module = model
+    if ctx.enabled:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    n_params = sum(p.numel() for p in model.parameters())
+    log(
+        f"model: {n_params:,} parameters; device {device}, precision {precision}"
+        + (f", {ctx.world} processes" if ctx.enabled else "")
+    )
+
+    reporter = Reporter(cfg, total_steps, log, enabled=ctx.is_main, start_step=pos.step)
+    stats = Stats(device)
+    started = last_saved = time.monotonic()
+    saved_at: int | None = pos.step if saved is not None else None
+    validated_at = pos.step if saved is not None else -1  # a resumed run goes on first
+
+    def minutes() -> float:
+        return (time.monotonic() - started) / 60
+
+    batches = epoch_batches(pos.epoch)
+    if pos.batch_in_epoch >= len(batches):  # saved at the very end of an epoch
+        pos.epoch, pos.batch_in_epoch = pos.epoch + 1, 0
+        batches = epoch_batches(pos.epoch)
+    # Every stop condition is checked before an update: here for the first one, and at the
+    # end of each update for the next one. A finished run, resumed, does nothing.
+    stopped_by = stop_reason(pos, tc) or outside_reason(signals, tc, minutes(), ctx, device)
+    finished_before = bool(stopped_by) and saved is not None
+    net.train()
+    try:
+        while not stopped_by:
+            epoch = pos.epoch
+            rows = batches[pos.batch_in_epoch : pos.batch_in_epoch + tc.accum_steps]
+            group = [
+                collate([train.src_ids[r] for r in b], [train.tgt_ids[r] for r in b], b).to(
+                    device, non_blocking=True
+                )
+                for b in rows
+            ]
+            loss, grad_norm = update(
+                net,
+                group,
+                optimizer=ts.optimizer,
+                scaler=ts.scaler,
+                device=device,
+                precision=precision,
+                label_smoothing=tc.label_smoothing,
+                clip_norm=tc.clip_norm,
+                world=ctx.world,
+            )
+            ts.schedule.step()
+            pos.step += 1
+            pos.batch_in_epoch += len(rows)
+            stats.add(loss, grad_norm, sum(b.n_tgt_tokens for b in group))
+            reporter.advance(pos.step, epoch)
+            end_of_epoch = pos.batch_in_epoch >= len(batches)
+            if end_of_epoch:
+                pos.epoch, pos.batch_in_epoch = pos.epoch + 1, 0
+                batches = epoch_batches(pos.epoch)
+
+            log_now = pos.step % tc.log_every == 0
+            stopped_by = stop_reason(pos, tc)
+            if not ctx.enabled or log_now:  # under DDP agreeing costs a sync: log steps only
+                stopped_by = stopped_by or outside_reason(signals, tc, minutes(), ctx, device)
+            signalled = signals.received is not None
+            validate_now = (stopped_by and not signalled) or (
+                pos.step % tc.valid_every == 0 if tc.valid_every else end_of_epoch
+            )
+            if log_now or validate_now:
+                where = f"last.pt holds step {saved_at}" if saved_at is not None else "none saved"
+                check_bad_steps(stats, pos, tc, where)
+            if validate_now:
+                _validate_and_save(ts, prepared, run, reporter, stats, ctx, epoch)
+                validated_at = saved_at = pos.step
+                last_saved = time.monotonic()
+            elif log_now:
+                reporter.record(_flush(stats, pos, epoch, ts.schedule.lr))
+            minutes_unsaved = (time.monotonic() - last_saved) / 60
+            every = tc.save_every_minutes
+            if every is not None and minutes_unsaved >= every and not signalled:
+                if ctx.is_main:  # last.pt only: best.pt and step-N.pt come with validation
+                    save_checkpoint(ts.checkpoint(), run.dir / "last.pt")
+                saved_at, last_saved = pos.step, time.monotonic()
+
+        if signals.received is not None:
+            if ctx.is_main:
+                save_checkpoint(ts.checkpoint(), run.dir / "last.pt")
+                log(
+                    f"{stopped_by} at step {pos.step}: saved {run.dir / 'last.pt'}. "
+                    f"Resume with: nmt train {config_path or 'CONFIG'} --resume"
+                )
+            return FitResult(
+                run.dir, pos.step, pos.epoch, pos.best_score, stopped_by, signals.received
+            )
+        if finished_before:
+            log(f"{run.dir}: already finished ({stopped_by} at step {pos.step}); nothing to do")
+        elif validated_at != pos.step:  # stopped before its first update
+            _validate_and_save(ts, prepared, run, reporter, stats, ctx, pos.epoch)
+    finally:
+        reporter.close()
+    if ctx.is_main:
+        point_latest_at(cfg.run_dir)
+        best = f"{pos.best_score:.2f}" if pos.best_score is not None else "-"
+        log(
+            f"stopped by {stopped_by} at step {pos.step} ({pos.epoch} full epochs); "
+            f"best {tc.valid_metric}: {best}; checkpoints in {cfg.run_dir}"
+        )
+    return FitResult(cfg.run_dir, pos.step, pos.epoch, pos.best_score, stopped_by)
+
+
+def _validate_and_save(
+    ts: TrainState,
+    prepared: Prepared,
+    run: RunFiles,
+    reporter: Reporter,
+    stats: Stats,
+    ctx: Distributed,
+    epoch: int,
+) -> None:
+    """Validate on rank 0, record the row, save last (and best) checkpoints; then share the
+    early-stopping count with every rank, so that all of them stop together."""
+    pos, tc = ts.pos, ts.cfg.train
+    if ctx.is_main:
+        row = _flush(stats, pos, epoch, ts.schedule.lr)
+        scores = validate(ts.model, prepared, ts.cfg, ts.device, ts.precision)
+        row.update(scores)
+        score = scores["val_bleu"] if tc.valid_metric == "bleu" else -scores["val_loss"]
+        ts.schedule.validated(score)
+        improved = pos.best_score is None or score > pos.best_score
+        if improved:
+            pos.best_score, pos.bad_validations = score, 0
+        else:
+            pos.bad_validations += 1
+        reporter.record(row)
+        if len(prepared.valid.src_ids):
+            sample = prepared.valid.src_ids[0]
+            reporter.attention_image(_attention_of(ts.model, sample, ts.device), pos.step)
+        run.save(ts.checkpoint(), step=pos.step, best=improved)
+    if ctx.enabled:
+        count = torch.tensor([pos.bad_validations], device=ts.device)
+        dist.broadcast(count, src=0)
+        pos.bad_validations = int(count.item())
+
+
+# --------------------------------------------------------------------------- measuring
 
 
 class Stats:
@@ -83,7 +466,7 @@ class Stats:
         zero = torch.zeros((), device=device)
         self.loss = zero.clone()
         self.grad_norm = zero.clone()
-        self.skips = zero.clone()  # fp16 updates skipped since the last read
+        self.skips = zero.clone()  # updates skipped since the last read
         self.run_of_skips = zero.clone()  # ... in a row, up to now
         self.most_skips = zero.clone()  # longest such run since the last read
         self.tokens = 0
@@ -91,9 +474,9 @@ class Stats:
         self.started = time.perf_counter()
 
     def add(self, loss: torch.Tensor, grad_norm: torch.Tensor, tokens: int) -> None:
-        # A non-finite norm is exactly an update the fp16 GradScaler skipped.
+        # A non-finite norm is exactly an update the GradScaler skipped.
         finite = torch.isfinite(grad_norm)
-        self.loss += loss
+        self.loss += torch.where(torch.isfinite(loss), loss, 0.0)
         self.grad_norm += torch.where(finite, grad_norm, 0.0)
         self.skips += ~finite
         self.run_of_skips = (self.run_of_skips + 1) * ~finite
@@ -102,43 +485,23 @@ class Stats:
         self.updates += 1
 
 
-def update(
-    model: nn.Module,
-    group: Sequence[Batch],
-    *,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    device: torch.device,
-    precision: Precision,
-    label_smoothing: float,
-    clip_norm: float | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer update over `group` (accumulated micro-batches).
-
-    Returns (summed loss, gradient norm) as device tensors. Each micro-batch's loss is
-    divided by the target tokens of the whole group, so the update equals that of one
-    batch holding all of them. Under DDP, gradients are all-reduced on the last one only.
-    """
-    total_tokens = sum(b.n_tgt_tokens for b in group)
-    loss_sum = torch.zeros((), device=device)
-    for i, batch in enumerate(group):
-        last = i == len(group) - 1
-        no_sync = getattr(model, "no_sync", None)  # DDP: all-reduce once, after the last
-        sync = nullcontext() if last or no_sync is None else no_sync()
-        with sync:
-            with autocast(device, precision):
-                logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
-                loss = token_loss(logits, batch.tgt_out, label_smoothing)
-            scaler.scale(loss / total_tokens).backward()
-        loss_sum += loss.detach()
-    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-    grad_norm = nn.utils.clip_grad_norm_(
-        model.parameters(), clip_norm if clip_norm is not None else math.inf
-    )
-    scaler.step(optimizer)  # skips the step when fp16 gradients hold inf/NaN
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return loss_sum, grad_norm
+def _flush(stats: Stats, pos: Position, epoch: int, lr: float) -> dict[str, Any]:
+    """Read the device-side sums (the one sync) into a metrics row and reset them; `epoch`
+    is the one the last update's batches came from."""
+    elapsed = time.perf_counter() - stats.started
+    row: dict[str, Any] = {"step": pos.step, "epoch": epoch, "lr": lr}
+    if stats.updates:  # none when a resumed run validates before its first update
+        row["loss"] = stats.loss.item() / max(stats.tokens, 1)
+        row["tokens_per_s"] = stats.tokens / elapsed if elapsed > 0 else 0.0
+        row["grad_norm"] = stats.grad_norm.item() / stats.updates
+    if pos.skipped_steps:
+        row["skipped_steps"] = pos.skipped_steps
+    stats.loss.zero_()
+    stats.grad_norm.zero_()
+    stats.tokens = 0
+    stats.updates = 0
+    stats.started = time.perf_counter()
+    return row
 
 
 @torch.inference_mode()
@@ -189,297 +552,6 @@ def validate(
         "val_ppl": math.exp(min(val_loss, 50.0)),
         "val_bleu": bleu(hyps, split.tgt_text).score,
     }
-
-
-def _check_resumable(cfg: Config, saved: dict[str, Any], run_dir: Path) -> None:
-    """Resuming may change how training goes on (lr, steps, ...), not what is trained."""
-    old = config_from_dict(saved["config"])
-    for section in ("model", "tokenizer", "data"):
-        if getattr(old, section) != getattr(cfg, section):
-            a, b = getattr(old, section).__dict__, getattr(cfg, section).__dict__
-            diffs = [f"{section}.{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k]]
-            raise NmtError(
-                f"{run_dir}: cannot resume with a different {section} config "
-                f"({'; '.join(diffs)}); use another run.dir or --overwrite"
-            )
-
-
-def _rng_state(device: torch.device) -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": list(random.getstate()[1]),
-        "python_version": random.getstate()[0],
-    }
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate((state["python_version"], tuple(state["python"]), None))
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
-@dataclass
-class FitResult:
-    run_dir: Path
-    step: int
-    epoch: int
-    best_score: float | None
-    stopped_by: str
-
-
-def fit(
-    cfg: Config,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    log: Log = print,
-    config_path: str | None = None,
-) -> FitResult:
-    """Train the model `cfg` describes; returns where training ended and why."""
-    ctx = init_distributed(cfg.train.device)
-    try:
-        return _fit(cfg, ctx, resume=resume, overwrite=overwrite, log=log, config_path=config_path)
-    finally:
-        shutdown_distributed(ctx)
-
-
-def _fit(
-    cfg: Config,
-    ctx: Distributed,
-    *,
-    resume: bool,
-    overwrite: bool,
-    log: Log,
-    config_path: str | None,
-) -> FitResult:
-    tc = cfg.train
-    device = resolve_device(tc.device, ctx.local_rank)
-    precision = resolve_precision(tc.precision, device)
-    configure_device(device, tc.threads)
-    run = RunFiles(cfg.run_dir, tc.keep_last)
-    if ctx.is_main:
-        run.claim(resume=resume, overwrite=overwrite)
-        (cfg.run_dir / "config.yaml").write_text(cfg.to_yaml(), encoding="utf-8")
-    ctx.barrier()
-    saved = load_checkpoint(cfg.run_dir / "last.pt") if resume else None
-    if saved is not None:
-        _check_resumable(cfg, saved, cfg.run_dir)
-    seed_everything(tc.seed)
-
-    if not ctx.is_main:
-        ctx.barrier()  # rank 0 trains the tokenizer and fills the cache first
-    prepared = prepare(cfg, log=log if ctx.is_main else (lambda _: None))
-    if ctx.is_main:
-        for line in prepared.report_lines():
-            log(line)
-        ctx.barrier()
-    tokenizer = prepared.tokenizer
-
-    model = build_model(
-        cfg.model,
-        src_vocab_size=tokenizer.src_vocab_size,
-        tgt_vocab_size=tokenizer.tgt_vocab_size,
-        shared_vocab=tokenizer.joint,
-    ).to(device)
-    net: nn.Module = model
-    if ctx.enabled:
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    optimizer = build_optimizer(tc, model.parameters())
-    train = prepared.train
-    src_lens = [len(s) for s in train.src_ids]
-    tgt_lens = [len(t) for t in train.tgt_ids]
-
-    def epoch_batches(epoch: int) -> list[list[int]]:
-        return epoch_rows(src_lens, tgt_lens, tc, epoch, rank=ctx.rank, world=ctx.world)
-
-    updates_per_epoch = math.ceil(len(epoch_batches(0)) / tc.accum_steps)
-    total_steps = tc.max_steps or (tc.max_epochs * updates_per_epoch if tc.max_epochs else None)
-    schedule = Schedule(tc, optimizer, total_steps)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    pos = Position()
-    if saved is not None:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        schedule.load_state_dict(saved["schedule"])
-        scaler.load_state_dict(saved["scaler"])
-        pos = Position(**saved["position"])
-        _set_rng_state(saved["rng"], device)
-        log(f"resuming {cfg.run_dir} at step {pos.step} (epoch {pos.epoch + 1})")
-    n_params = sum(p.numel() for p in model.parameters())
-    log(
-        f"model: {n_params:,} parameters; device {device}, precision {precision}"
-        + (f", {ctx.world} processes" if ctx.enabled else "")
-    )
-
-    def state() -> dict[str, Any]:
-        return {
-            "config": cfg.to_dict(),
-            "tokenizer": tokenizer.to_bytes(),
-            "vocab": {"src": tokenizer.src_vocab_size, "tgt": tokenizer.tgt_vocab_size},
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "schedule": schedule.state_dict(),
-            "scaler": scaler.state_dict(),
-            "position": pos.__dict__.copy(),
-            "rng": _rng_state(device),
-            "precision": precision,
-        }
-
-    reporter = Reporter(cfg, total_steps, log, enabled=ctx.is_main, start_step=pos.step)
-    stats = Stats(device)
-    started = time.monotonic()
-    stopped_by = ""
-    sample = prepared.valid.src_ids[0] if len(prepared.valid.src_ids) else None
-    validated_at = -1
-
-    def validate_and_save() -> bool:
-        """Validate (rank 0), save checkpoints; True when early stopping says stop."""
-        nonlocal validated_at
-        validated_at = pos.step
-        stop = torch.zeros((), dtype=torch.long, device=device)  # NCCL broadcasts GPU tensors
-        if ctx.is_main:
-            row = _flush(stats, pos, schedule.lr)
-            scores = validate(model, prepared, cfg, device, precision)
-            row.update(scores)
-            score = scores["val_bleu"] if tc.valid_metric == "bleu" else -scores["val_loss"]
-            schedule.validated(score)
-            improved = pos.best_score is None or score > pos.best_score
-            if improved:
-                pos.best_score, pos.bad_validations = score, 0
-            else:
-                pos.bad_validations += 1
-            reporter.record(row)
-            if sample is not None:
-                reporter.attention_image(_attention_of(model, sample, device), pos.step)
-            run.save(state(), step=pos.step, best=improved)
-            if tc.patience and pos.bad_validations >= tc.patience:
-                stop.fill_(1)
-        if ctx.enabled:
-            torch.distributed.broadcast(stop, src=0)
-        return bool(stop.item())
-
-    def out_of_time() -> bool:
-        """The wall-clock budget, decided by rank 0 so that every rank stops together."""
-        if tc.max_minutes is None:
-            return False
-        over = torch.tensor(time.monotonic() - started > tc.max_minutes * 60, device=device)
-        if ctx.enabled:
-            torch.distributed.broadcast(over, src=0)
-        return bool(over.item())
-
-    def check_skipped_steps() -> None:
-        """fp16: count updates the scaler skipped; stop when too many come in a row."""
-        if precision != "fp16":
-            return
-        most = int(stats.most_skips.item())
-        pos.skipped_steps += int(stats.skips.item())
-        stats.skips.zero_()
-        stats.most_skips.zero_()
-        if most >= tc.max_skipped_steps:
-            raise NmtError(
-                f"{most} fp16 updates in a row had inf/NaN gradients and were skipped: "
-                "lower train.lr, or use train.precision bf16 or fp32"
-            )
-
-    net.train()
-    try:
-        while not stopped_by:
-            if tc.max_epochs and pos.epoch >= tc.max_epochs:
-                stopped_by = "max_epochs"
-                break
-            batches = epoch_batches(pos.epoch)
-            groups = [
-                batches[i : i + tc.accum_steps] for i in range(0, len(batches), tc.accum_steps)
-            ]
-            todo = groups[pos.batch_in_epoch // tc.accum_steps :]
-            for k, group_rows in enumerate(todo):
-                group = [
-                    collate(
-                        [train.src_ids[r] for r in rows], [train.tgt_ids[r] for r in rows], rows
-                    ).to(device, non_blocking=True)
-                    for rows in group_rows
-                ]
-                loss, grad_norm = update(
-                    net,
-                    group,
-                    optimizer=optimizer,
-                    scaler=scaler,
-                    device=device,
-                    precision=precision,
-                    label_smoothing=tc.label_smoothing,
-                    clip_norm=tc.clip_norm,
-                )
-                schedule.step()
-                pos.step += 1
-                pos.batch_in_epoch += len(group)
-                stats.add(loss, grad_norm, sum(b.n_tgt_tokens for b in group))
-                reporter.advance(pos.step, pos.epoch)
-                log_now = pos.step % tc.log_every == 0
-                if tc.max_steps and pos.step >= tc.max_steps:
-                    stopped_by = "max_steps"
-                if log_now and out_of_time():
-                    stopped_by = stopped_by or "max_minutes"
-                validate_now = bool(
-                    stopped_by
-                    or (tc.valid_every and pos.step % tc.valid_every == 0)
-                    or (not tc.valid_every and k == len(todo) - 1)
-                )
-                if log_now or validate_now:
-                    check_skipped_steps()
-                if log_now and not validate_now:  # a validation row carries the train figures
-                    reporter.record(_flush(stats, pos, schedule.lr))
-                if validate_now and validate_and_save():
-                    stopped_by = stopped_by or "early stopping"
-                if stopped_by:
-                    break
-            else:
-                pos.epoch += 1
-                pos.batch_in_epoch = 0
-        if validated_at != pos.step:
-            validate_and_save()
-    except KeyboardInterrupt:
-        if ctx.is_main:
-            reporter.close()
-            save_checkpoint(state(), cfg.run_dir / "last.pt")
-            where = config_path or "CONFIG"
-            log(
-                f"interrupted at step {pos.step}; saved {cfg.run_dir / 'last.pt'}. "
-                f"Resume with: nmt train {where} --resume"
-            )
-        raise
-    reporter.close()
-    if ctx.is_main:
-        point_latest_at(cfg.run_dir)
-        best = f"{pos.best_score:.2f}" if pos.best_score is not None else "-"
-        log(
-            f"stopped by {stopped_by} at step {pos.step} ({pos.epoch} full epochs); "
-            f"best {tc.valid_metric}: {best}; checkpoints in {cfg.run_dir}"
-        )
-    return FitResult(cfg.run_dir, pos.step, pos.epoch, pos.best_score, stopped_by)
-
-
-def _flush(stats: Stats, pos: Position, lr: float) -> dict[str, Any]:
-    """Read the device-side sums (the one sync) into a metrics row and reset them."""
-    elapsed = time.perf_counter() - stats.started
-    row: dict[str, Any] = {"step": pos.step, "epoch": pos.epoch, "lr": lr}
-    if stats.updates:  # none when a resumed run validates before its first update
-        row["loss"] = stats.loss.item() / max(stats.tokens, 1)
-        row["tokens_per_s"] = stats.tokens / elapsed if elapsed > 0 else 0.0
-        row["grad_norm"] = stats.grad_norm.item() / stats.updates
-    if pos.skipped_steps:
-        row["skipped_steps"] = pos.skipped_steps
-    stats.loss.zero_()
-    stats.grad_norm.zero_()
-    stats.tokens = 0
-    stats.updates = 0
-    stats.started = time.perf_counter()
-    return row
 
 
 @torch.inference_mode()

@@ -1,7 +1,7 @@
 """Translating with a trained model: `Translator.from_checkpoint(path).translate(sentences)`.
 
-Also what `nmt translate` and `nmt eval` show and write: the attention matrix as text
-and as a heatmap, and a test set translated and scored (`evaluate_split`).
+The attention is shown by `nmt.display`; a test set is translated and scored by
+`nmt.evaluate.evaluate_split`.
 
 Sentences are batched by length (sorted, then returned in input order), so padding stays
 small; the search never lets one sentence change another's result, so this reordering is
@@ -10,15 +10,11 @@ invisible in the output.
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import sys
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -28,7 +24,6 @@ from nmt.batching import collate
 from nmt.checkpoint import load_for_inference
 from nmt.config import Config
 from nmt.errors import NmtError
-from nmt.evaluate import Protocol, Score, bleu, chrf
 from nmt.runtime import Precision, autocast
 from nmt.search import Hypothesis, beam_search, greedy, normalise
 
@@ -97,12 +92,12 @@ class Translator:
         """Load a checkpoint file, a run directory (its best, else last checkpoint), or with
         nothing given the most recently trained run (`runs/latest`).
 
-        `precision` bf16 runs the model under autocast: about twice as fast on CPUs with
-        bf16 matrix units, with scores that differ in the third decimal. `log` receives
+        `precision` bf16 runs the model under autocast (scores differ slightly). `log` receives
         warnings (long inputs cut); by default they are Python warnings.
         """
         dev = runtime.resolve_device(device, setting="--device")
         prec = runtime.resolve_precision(precision, dev, setting="--precision")
+        runtime.configure_device(dev)  # TF32 as in training, so that scores agree
         loaded = load_for_inference(path_or_run_dir, dev)
         return cls(
             model=loaded.model,
@@ -254,188 +249,3 @@ def _progress(batches: list[list[int]], *, enabled: bool, total: int) -> Iterato
         for rows in batches:
             yield rows
             bar.advance(task, len(rows))
-
-
-# --------------------------------------------------------------------------- attention
-
-
-def format_attention(t: Translation) -> str:
-    """The attention matrix as aligned text: source pieces across, target pieces down,
-    weights in percent ("." below 5%, so that the alignment stands out)."""
-    if not t.src_tokens:
-        return "(empty input: no attention)"
-    rows = t.tgt_labels
-    label_w = max([len(r) for r in rows] + [1])
-    widths = [max(len(s), 3) for s in t.src_tokens]
-    header = " ".join(s.rjust(w) for s, w in zip(t.src_tokens, widths, strict=True))
-    lines = [" " * label_w + " " + header]
-    for label, weights in zip(rows, t.attention.tolist(), strict=True):
-        cells = [
-            (f"{round(100 * v)}" if v >= 0.05 else ".").rjust(w)
-            for v, w in zip(weights, widths, strict=True)
-        ]
-        lines.append(label.ljust(label_w) + " " + " ".join(cells))
-    return "\n".join(lines)
-
-
-def plot_paths(path: Path, n: int) -> list[Path]:
-    """Where the heatmaps of `n` sentences go: `path` itself for one sentence, otherwise
-    `stem-1.png`, `stem-2.png`, ... numbered by input line, next to it."""
-    if n == 1:
-        return [path]
-    return [path.with_name(f"{path.stem}-{i}{path.suffix or '.png'}") for i in range(1, n + 1)]
-
-
-def plot_attention(t: Translation, path: Path) -> None:
-    """Write the attention heatmap as a PNG, read like Bahdanau et al. (2015), figure 3:
-    source pieces across the top, target pieces down, white = all the weight, black = none."""
-    from matplotlib.figure import Figure
-
-    if not t.src_tokens:
-        raise NmtError(f"{path}: no attention to plot for an empty input")
-    rows, cols = t.tgt_labels, t.src_tokens
-    cell = 0.35  # inches per token
-    fig = Figure(figsize=(max(3.0, 1.5 + cell * len(cols)), max(2.5, 1.5 + cell * len(rows))))
-    ax = fig.add_subplot()
-    ax.imshow(t.attention.numpy(), cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
-    ax.set_xticks(range(len(cols)), cols, rotation=90)
-    ax.set_yticks(range(len(rows)), rows)
-    ax.xaxis.tick_top()
-    ax.tick_params(length=0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        # Pieces in scripts the default font lacks are drawn as boxes; the plot still reads.
-        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        fig.savefig(path, format="png", dpi=100, bbox_inches="tight")
-
-
-# --------------------------------------------------------------------------- files
-
-
-def read_lines(path: Path | None) -> list[str]:
-    """The lines of a UTF-8 file, or of stdin when `path` is None.
-
-    Lines are split on "\n" only (a trailing "\r" is dropped): `str.splitlines` would also
-    split on characters such as U+2028 inside a sentence and misalign sources and references.
-    """
-    try:
-        if path is None:
-            stream = getattr(sys.stdin, "buffer", None)
-            data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
-            where = "stdin"
-        else:
-            data = path.read_bytes()
-            where = str(path)
-    except FileNotFoundError:
-        raise NmtError(f"{path}: no such file") from None
-    except OSError as e:
-        raise NmtError(f"{path}: cannot read ({e.strerror})") from None
-    try:
-        text = data.decode("utf-8-sig")  # tolerate the byte-order mark some editors write
-    except UnicodeDecodeError as e:
-        raise NmtError(f"{where}: not UTF-8 text (byte {e.start})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
-def write_lines(path: Path, lines: Sequence[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-
-
-def test_sets(config: Config, cache_dir: Path | None) -> list[tuple[str, list[str], list[str]]]:
-    """The config's test split(s) as (name, sources, references), read as training read them
-    (lowercased when data.lowercase). `NMT_DATA_DIR` overrides data.dir, as for training."""
-    from nmt.config import DATA_DIR_ENV
-    from nmt.data import load_split, load_splits
-
-    data = config.data
-    if os.environ.get(DATA_DIR_ENV):
-        data = dataclasses.replace(data, dir=os.environ[DATA_DIR_ENV])
-    if data.test:
-        named = [(name, load_split(data, name, cache_dir=cache_dir)) for name in data.test]
-    elif data.test_size:  # held out of the train split, as `nmt train` did
-        named = [
-            (name, ds)
-            for role, name, ds in load_splits(data, cache_dir=cache_dir)
-            if role == "test"
-        ]
-    else:
-        raise NmtError("data.test: the run's config names no test split; pass --src and --ref")
-    return [(name, ds["src"][:], ds["tgt"][:]) for name, ds in named]
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-@dataclass
-class EvalReport:
-    """One test set translated and scored."""
-
-    split: str
-    n: int
-    beam: int
-    seconds: float
-    scores: dict[str, Score]  # "bleu" and/or "chrf"
-    protocol: Protocol
-    hypotheses: Path
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "split": self.split,
-            **{name: s.score for name, s in self.scores.items()},
-            "signature": {name: s.signature for name, s in self.scores.items()},
-            "protocol": self.protocol,
-            "n": self.n,
-            "beam": self.beam,
-            "seconds": round(self.seconds, 3),
-            "sentences_per_s": round(self.n / self.seconds, 2) if self.seconds > 0 else None,
-            "hypotheses": str(self.hypotheses),
-        }
-
-
-def evaluate_split(
-    translator: Translator,
-    *,
-    split: str,
-    sources: Sequence[str],
-    references: Sequence[str],
-    hyp_path: Path | None,
-    metrics: Sequence[str],
-    beam: int | None,
-    batch_size: int | None,
-    lowercase: bool,
-    protocol: Protocol,
-    progress: bool,
-) -> EvalReport:
-    """Translate `sources`, write the hypotheses (one a line) to `hyp_path`, by default
-    `<run_dir>/eval/<split>.beam<K>.hyp`, and score them against `references`."""
-    if len(sources) != len(references):
-        raise NmtError(
-            f"{split}: {len(sources)} source lines but {len(references)} reference lines"
-        )
-    beam = translator.config.decode.beam if beam is None else beam
-    start = time.perf_counter()
-    out = translator.translate(sources, beam=beam, batch_size=batch_size, progress=progress)
-    seconds = time.perf_counter() - start
-    hyps = [t.text for t in out]
-    if hyp_path is None:
-        hyp_path = (translator.run_dir or Path(".")) / "eval" / f"{split}.beam{beam}.hyp"
-    write_lines(hyp_path, hyps)
-    scores: dict[str, Score] = {}
-    if "bleu" in metrics:
-        lang = translator.config.data.tgt_lang
-        scores["bleu"] = bleu(hyps, references, lowercase=lowercase, protocol=protocol, lang=lang)
-    if "chrf" in metrics:
-        scores["chrf"] = chrf(hyps, references, lowercase=lowercase or protocol == "wmt-mmt")
-    return EvalReport(
-        split=split,
-        n=len(hyps),
-        beam=beam,
-        seconds=seconds,
-        scores=scores,
-        protocol=protocol,
-        hypotheses=hyp_path,
-    )

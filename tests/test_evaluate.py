@@ -126,6 +126,7 @@ def test_eval_json_with_files_and_output(tiny_run, tmp_path):
     src = write(tmp_path / "sample.en", tiny_run.train_src[:12])
     ref = write(tmp_path / "sample.fr", tiny_run.train_tgt[:12])
     out = tmp_path / "hyps" / "sample.hyp"
+    out.parent.mkdir()
     args = ["eval", "-m", str(tiny_run.checkpoint), "--src", str(src), "--ref", str(ref)]
     result = nmt(*args, "--bleu", "--chrf", "--json", "--output", str(out), "--beam", "3")
     assert result.exit_code == 0, result.output
@@ -156,7 +157,7 @@ def test_eval_wmt_mmt_protocol(tiny_run, tmp_path):
     "args, message",
     [
         (["--src", "a.en"], "--src and --ref go together"),
-        (["--src", "a.en", "--ref", "short.fr"], "2 source lines but 1 reference lines"),
+        (["--src", "a.en", "--ref", "short.fr"], "--src a.en has 2 lines but --ref short.fr has 1"),
         (["--src", "a.en", "--ref", "missing.fr"], "missing.fr: no such file"),
         (["--protocol", "multi-bleu"], "--protocol 'multi-bleu'"),
     ],

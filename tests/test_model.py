@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from nmt.config import ModelConfig, config_from_dict
 from nmt.model import Seq2Seq, build_model
+from nmt.runtime import autocast
 
 PAD, BOS, EOS = 0, 2, 3
 V = 23
@@ -195,7 +196,7 @@ def test_shared_embeddings_need_a_joint_vocabulary() -> None:
 def test_bf16_autocast_forward_is_finite_with_zero_attention_on_pads(style: str) -> None:
     model = make_model(**STYLES[style], cell="lstm").eval()
     src, lens, tgt_in = batch(SHAPES)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with autocast(torch.device("cpu"), "bf16"):  # the project's, as training uses it
         logits, attention = model(src, lens, tgt_in)
     assert torch.isfinite(logits).all() and torch.isfinite(attention).all()
     mask = torch.arange(7) < lens.unsqueeze(1)  # (B, S)

@@ -21,7 +21,8 @@ from nmt.errors import NmtError
 from nmt.model import build_model
 from nmt.optim import Schedule, build_optimizer, lr_factor
 from nmt.runtime import resolve_precision
-from nmt.train import fit, token_loss, update
+from nmt.step import make_scaler, token_loss, update
+from nmt.train import fit
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -130,27 +131,163 @@ def test_resume_refuses_a_different_model(tmp_path):
         fit(tiny(tmp_path / "other"), resume=True, log=lambda _: None)
 
 
-def test_ctrl_c_saves_a_resumable_checkpoint(tmp_path, monkeypatch):
+def _signal_inside_update(monkeypatch, at_call: int, point: str, sig: int) -> None:
+    """Make update number `at_call` receive `sig` at `point` inside it."""
     import nmt.train
 
-    calls = {"n": 0}
     real_update = nmt.train.update
+    calls = {"n": 0}
 
-    def interrupted_update(*args, **kwargs):
+    def send(*_):
+        os.kill(os.getpid(), sig)
+
+    def update_with_signal(net, group, **kw):
         calls["n"] += 1
-        if calls["n"] == 4:
-            raise KeyboardInterrupt
-        return real_update(*args, **kwargs)
+        if calls["n"] != at_call:
+            return real_update(net, group, **kw)
+        if point == "before":
+            send()
+        hooks = []
+        if point == "forward":
+            hooks.append(net.register_forward_pre_hook(lambda *_: send()))
+        if point == "optimizer step":  # after the weights changed, before the step is counted
+            hooks.append(kw["optimizer"].register_step_post_hook(lambda *_: send()))
+        try:
+            out = real_update(net, group, **kw)
+        finally:
+            for h in hooks:
+                h.remove()
+        if point == "after":
+            send()
+        return out
 
-    monkeypatch.setattr(nmt.train, "update", interrupted_update)
-    lines: list[str] = []
-    cfg = tiny(tmp_path)
-    with pytest.raises(KeyboardInterrupt):
-        fit(cfg, log=lines.append, config_path="configs/tiny.yaml")
+    monkeypatch.setattr(nmt.train, "update", update_with_signal)
+
+
+@pytest.mark.parametrize(
+    ("point", "sig"),
+    [
+        ("before", signal.SIGINT),
+        ("forward", signal.SIGTERM),
+        ("optimizer step", signal.SIGINT),
+        ("after", signal.SIGTERM),
+    ],
+)
+def test_a_signal_inside_an_update_stops_at_its_end_and_resume_is_exact(
+    tmp_path, monkeypatch, point, sig
+):
+    common = ["train.max_steps=9", "model.dropout=0.3", "train.batch_size=16"]
+    whole = tiny(tmp_path / "whole", *common)
+    fit(whole, log=lambda _: None)
+
+    part = tiny(tmp_path / "part", *common)
+    with monkeypatch.context() as m:
+        _signal_inside_update(m, at_call=4, point=point, sig=sig)
+        lines: list[str] = []
+        result = fit(part, log=lines.append, config_path="configs/tiny.yaml")
+    assert result.signal == sig and result.step == 4  # the update under way was finished
+    assert f"{signal.Signals(sig).name} at step 4" in lines[-1]
     assert "Resume with: nmt train configs/tiny.yaml --resume" in lines[-1]
-    assert load_checkpoint(cfg.run_dir / "last.pt")["position"]["step"] == 3
-    monkeypatch.setattr(nmt.train, "update", real_update)
-    assert fit(cfg, resume=True, log=lambda _: None).step == 6
+    assert load_checkpoint(part.run_dir / "last.pt")["position"]["step"] == 4
+    assert fit(part, resume=True, log=lambda _: None).step == 9
+    a = load_checkpoint(whole.run_dir / "last.pt")["model"]
+    b = load_checkpoint(part.run_dir / "last.pt")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics(part)[-1]["loss"] == metrics(whole)[-1]["loss"]
+
+
+def test_resuming_a_finished_run_does_nothing(tmp_path):
+    cfg = tiny(tmp_path, "train.max_steps=3")
+    fit(cfg, log=lambda _: None)
+    before = (cfg.run_dir / "last.pt").read_bytes(), (cfg.run_dir / "metrics.jsonl").read_text()
+    lines: list[str] = []
+    result = fit(cfg, resume=True, log=lines.append)
+    assert result.step == 3 and result.signal is None
+    assert any("already finished (max_steps at step 3); nothing to do" in x for x in lines)
+    after = (cfg.run_dir / "last.pt").read_bytes(), (cfg.run_dir / "metrics.jsonl").read_text()
+    assert after == before
+    # ... until a limit is raised: then it goes on.
+    assert fit(tiny(tmp_path, "train.max_steps=5"), resume=True, log=lambda _: None).step == 5
+
+
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_over(tmp_path):
+    cfg = tiny(tmp_path, "train.max_steps=4")
+    fit(cfg, log=lambda _: None)
+    whole = metrics(cfg)
+    for p in cfg.run_dir.glob("*.pt"):  # as if killed after its first log lines
+        p.unlink()
+    with pytest.raises(NmtError, match="a run already exists here.*--resume"):
+        fit(cfg, log=lambda _: None)
+    lines: list[str] = []
+    assert fit(cfg, resume=True, log=lines.append).step == 4
+    assert any("no checkpoint yet" in x and "starting over" in x for x in lines)
+    assert metrics(cfg) == [
+        {**r, "tokens_per_s": metrics(cfg)[i]["tokens_per_s"]} for i, r in enumerate(whole)
+    ]  # the same rows, none twice
+
+
+def test_last_pt_is_also_written_every_save_every_minutes(tmp_path, monkeypatch):
+    import nmt.train
+
+    saved: list[int] = []
+    real = nmt.train.save_checkpoint
+
+    def recording(state, path):
+        saved.append(state["position"]["step"])
+        real(state, path)
+
+    monkeypatch.setattr(nmt.train, "save_checkpoint", recording)
+    cfg = tiny(
+        tmp_path, "train.max_steps=4", "train.valid_every=100", "train.save_every_minutes=0.000001"
+    )
+    fit(cfg, log=lambda _: None)
+    assert saved == [1, 2, 3]  # then step 4 is validated and saved with best.pt
+    assert load_checkpoint(cfg.run_dir / "last.pt")["position"]["step"] == 4
+
+
+def _nan_loss_from(monkeypatch, first_call: int, last_call: int = 10**9) -> None:
+    import nmt.step
+
+    real = nmt.step.token_loss
+    calls = {"n": 0}
+
+    def loss(logits, target, smoothing):
+        out = real(logits, target, smoothing)
+        if logits.requires_grad:  # training, not validation
+            calls["n"] += 1
+            if first_call <= calls["n"] <= last_call:
+                return out * math.nan
+        return out
+
+    monkeypatch.setattr(nmt.step, "token_loss", loss)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_nan_update_is_skipped_and_counted(tmp_path, monkeypatch, precision):
+    _nan_loss_from(monkeypatch, 3, 3)
+    cfg = tiny(tmp_path, f"train.precision={precision}", "train.max_steps=5")
+    fit(cfg, log=lambda _: None)
+    rows = metrics(cfg)
+    assert [r.get("skipped_steps", 0) for r in rows] == [0, 0, 1, 1, 1]
+    assert all(math.isfinite(r["loss"]) for r in rows if "loss" in r)
+    weights = load_checkpoint(cfg.run_dir / "last.pt")["model"]
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_too_many_bad_updates_in_a_row_stop_training(tmp_path, monkeypatch, precision):
+    _nan_loss_from(monkeypatch, 3)
+    cfg = tiny(
+        tmp_path, f"train.precision={precision}", "train.max_bad_steps=3", "train.valid_every=1"
+    )
+    with pytest.raises(NmtError) as info:
+        fit(cfg, log=lambda _: None)
+    message = str(info.value)
+    assert message.startswith("stopped at step 5: 3 updates in a row had inf/NaN")
+    assert "last.pt holds step 4" in message
+    assert "train.lr" in message and "clip_norm" in message and "fp32" in message
+    weights = load_checkpoint(cfg.run_dir / "last.pt")["model"]
+    assert all(torch.isfinite(w).all() for w in weights.values())
 
 
 def _tiny_model_and_batches():
@@ -165,16 +302,16 @@ def _tiny_model_and_batches():
     return cfg, model, rows, tgts
 
 
-def _step(model, cfg, group, scaler=None):
+def _step(model, cfg, group, scaler=None, precision="fp32"):
     opt = build_optimizer(cfg.train, model.parameters())
-    scaler = scaler or torch.amp.GradScaler("cpu", enabled=False)
+    scaler = scaler or make_scaler(torch.device("cpu"), precision)
     return update(
         model,
         group,
         optimizer=opt,
         scaler=scaler,
         device=torch.device("cpu"),
-        precision="fp32",
+        precision=precision,
         label_smoothing=0.1,
         clip_norm=1.0,
     )
@@ -202,17 +339,34 @@ def test_grad_scaler_is_unscaled_before_clipping_and_skips_inf_steps():
     _, plain_norm = _step(model, cfg, [batch])
     model.load_state_dict(state)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
-    _, scaled_norm = _step(model, cfg, [batch], scaler)
-    torch.testing.assert_close(scaled_norm, plain_norm, rtol=1e-4, atol=1e-6)
+    _, scaled_norm = _step(model, cfg, [batch], scaler, precision="fp16")
+    torch.testing.assert_close(scaled_norm, plain_norm, rtol=2e-2, atol=1e-4)
 
     # An inf in the gradients: the update is skipped and the scale halves.
     model.load_state_dict(state)
     hook = next(model.parameters()).register_hook(lambda g: g * math.inf)
-    _, norm = _step(model, cfg, [batch], scaler)
+    _, norm = _step(model, cfg, [batch], scaler, precision="fp16")
     hook.remove()
     assert not torch.isfinite(norm)
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     assert scaler.get_scale() == 2.0**11
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_non_finite_updates_are_skipped_in_every_precision(precision):
+    cfg, model, rows, tgts = _tiny_model_and_batches()
+    batch = collate(rows, tgts, [0, 1, 2, 3])
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    scaler = make_scaler(torch.device("cpu"), precision)
+    hook = next(model.parameters()).register_hook(lambda g: g * math.nan)
+    _, norm = _step(model, cfg, [batch], scaler, precision=precision)
+    hook.remove()
+    assert not torch.isfinite(norm)
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert scaler.get_scale() == 1.0  # pinned: the next updates are not scaled
+    _, norm = _step(model, cfg, [batch], scaler, precision=precision)
+    assert torch.isfinite(norm)
+    assert not all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
 
 
 def test_token_loss_ignores_padding():

@@ -14,15 +14,10 @@ from typer.testing import CliRunner
 from nmt.batching import collate
 from nmt.checkpoint import CheckpointError
 from nmt.cli import app
+from nmt.display import format_attention, plot_attention, plot_paths
+from nmt.files import read_lines
 from nmt.search import greedy
-from nmt.translate import (
-    EOS_PIECE,
-    Translator,
-    format_attention,
-    plot_attention,
-    plot_paths,
-    read_lines,
-)
+from nmt.translate import EOS_PIECE, Translator
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -183,7 +178,7 @@ def test_read_lines_splits_on_newlines_only(tmp_path):
     path.write_bytes("one\r\ntwo\u2028still two\n\nfour\n".encode())
     assert read_lines(path) == ["one", "two\u2028still two", "", "four"]
     path.write_bytes(b"\xff\xfe bad")
-    with pytest.raises(Exception, match="not UTF-8"):
+    with pytest.raises(Exception, match="line 1 is not valid UTF-8"):
         read_lines(path)
 
 
@@ -213,6 +208,7 @@ def test_cli_translates_stdin_line_by_line(tiny_run, translator, sentences):
 
 def test_cli_translates_files(tiny_run, translator, sentences, tmp_path):
     src, out = tmp_path / "in.en", tmp_path / "out" / "hyp.fr"
+    out.parent.mkdir()
     src.write_text("\n".join(sentences) + "\n", encoding="utf-8")
     args = ["translate", "-m", str(tiny_run.checkpoint), "--input", str(src)]
     result = nmt(*args, "--output", str(out), "--beam", "2", "--batch-size", "3")

@@ -1,0 +1,66 @@
+"""Showing what a translation attended to: aligned text for a terminal, a heatmap PNG.
+
+Both read a `Translation` (its source and target pieces and the (T, S) attention matrix);
+`nmt translate --show-attention` / `--attention-plot` and the server's page use them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nmt.errors import NmtError
+from nmt.files import atomic_write
+
+if TYPE_CHECKING:
+    from nmt.translate import Translation
+
+
+def format_attention(t: Translation) -> str:
+    """The attention matrix as aligned text: source pieces across, target pieces down,
+    weights in percent ("." below 5%, so that the alignment stands out)."""
+    if not t.src_tokens:
+        return "(empty input: no attention)"
+    rows = t.tgt_labels
+    label_w = max([len(r) for r in rows] + [1])
+    widths = [max(len(s), 3) for s in t.src_tokens]
+    header = " ".join(s.rjust(w) for s, w in zip(t.src_tokens, widths, strict=True))
+    lines = [" " * label_w + " " + header]
+    for label, weights in zip(rows, t.attention.tolist(), strict=True):
+        cells = [
+            (f"{round(100 * v)}" if v >= 0.05 else ".").rjust(w)
+            for v, w in zip(weights, widths, strict=True)
+        ]
+        lines.append(label.ljust(label_w) + " " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def plot_paths(path: Path, n: int) -> list[Path]:
+    """Where the heatmaps of `n` sentences go: `path` itself for one sentence, otherwise
+    `stem-1.png`, `stem-2.png`, ... numbered by input line, next to it."""
+    if n == 1:
+        return [path]
+    return [path.with_name(f"{path.stem}-{i}{path.suffix or '.png'}") for i in range(1, n + 1)]
+
+
+def plot_attention(t: Translation, path: Path) -> None:
+    """Write the attention heatmap as a PNG, read like Bahdanau et al. (2015), figure 3:
+    source pieces across the top, target pieces down, white = all the weight, black = none."""
+    from matplotlib.figure import Figure
+
+    if not t.src_tokens:
+        raise NmtError(f"{path}: no attention to plot for an empty input")
+    rows, cols = t.tgt_labels, t.src_tokens
+    cell = 0.35  # inches per token
+    fig = Figure(figsize=(max(3.0, 1.5 + cell * len(cols)), max(2.5, 1.5 + cell * len(rows))))
+    ax = fig.add_subplot()
+    ax.imshow(t.attention.numpy(), cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
+    ax.set_xticks(range(len(cols)), cols, rotation=90)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.xaxis.tick_top()
+    ax.tick_params(length=0)
+    with warnings.catch_warnings():
+        # Pieces in scripts the default font lacks are drawn as boxes; the plot still reads.
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100, bbox_inches="tight"))

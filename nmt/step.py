@@ -1,0 +1,94 @@
+"""One optimizer update: the loss, accumulation, mixed precision, clipping, skipping.
+
+Kept apart from the training loop so that the arithmetic of an update can be read (and
+tested) on its own: what is divided by what, where the gradients are unscaled, and how an
+update with inf/NaN gradients leaves the weights untouched without a host-device sync.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from nmt.batching import Batch
+from nmt.runtime import Precision, autocast
+from nmt.tokenizer import PAD_ID
+
+
+def token_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Summed cross entropy over the non-pad target tokens, computed in fp32.
+
+    logits (B, T, V) in any dtype, target (B, T) -> scalar (sum, not mean: the caller
+    divides by the tokens of the whole update so accumulation equals one large batch).
+    """
+    return F.cross_entropy(
+        logits.float().flatten(0, 1),  # (B*T, V)
+        target.flatten(),
+        ignore_index=PAD_ID,
+        label_smoothing=label_smoothing,
+        reduction="sum",
+    )
+
+
+def make_scaler(device: torch.device, precision: Precision) -> torch.amp.GradScaler:
+    """The GradScaler for `precision`, enabled in every precision.
+
+    fp16 needs loss scaling. In bf16 and fp32 the scale stays at 1 (`update` pins it),
+    which changes no bit of the gradients, and the scaler still does its other job:
+    an update whose gradients hold inf/NaN is skipped on the device (the fused optimizer
+    reads the scaler's found-inf flag), weights and optimizer state untouched, no sync.
+    """
+    return torch.amp.GradScaler(device.type, init_scale=2.0**16 if precision == "fp16" else 1.0)
+
+
+def update(
+    model: nn.Module,
+    group: Sequence[Batch],
+    *,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    device: torch.device,
+    precision: Precision,
+    label_smoothing: float,
+    clip_norm: float | None,
+    world: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer update over `group` (accumulated micro-batches).
+
+    Returns (summed loss, gradient norm) as device tensors; a non-finite norm means the
+    update was skipped. Each micro-batch's loss is divided by the target tokens of the
+    whole update, so the update equals that of one batch holding all of them. Under DDP
+    (`world` processes) that count is summed over the processes, and since DDP averages
+    gradients, each loss is multiplied by `world`: N processes make the update one
+    process makes on the union of their batches. Gradients are all-reduced on the last
+    micro-batch only.
+    """
+    tokens = torch.tensor(float(sum(b.n_tgt_tokens for b in group)), device=device)
+    if world > 1:
+        dist.all_reduce(tokens)  # a device tensor: the division below needs no host sync
+    normaliser = tokens / world
+    loss_sum = torch.zeros((), device=device)
+    for i, batch in enumerate(group):
+        last = i == len(group) - 1
+        no_sync = getattr(model, "no_sync", None)  # DDP: all-reduce once, after the last
+        sync = nullcontext() if last or no_sync is None else no_sync()
+        with sync:
+            with autocast(device, precision):
+                logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
+                loss = token_loss(logits, batch.tgt_out, label_smoothing)
+            scaler.scale(loss / normaliser).backward()
+        loss_sum += loss.detach()
+    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+    grad_norm = nn.utils.clip_grad_norm_(
+        model.parameters(), clip_norm if clip_norm is not None else math.inf
+    )
+    scaler.step(optimizer)  # skipped on the device when the gradients hold inf/NaN
+    scaler.update(None if precision == "fp16" else 1.0)
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum, grad_norm
