@@ -99,7 +99,7 @@ def _without_onednn() -> Iterator[None]:
     try:
         yield
     finally:
-        torch.backends.mkldnn.enabled = before  # type: ignore[assignment]
+        torch.backends.mkldnn.enabled = before
 
 
 def seed_everything(seed: int) -> None:

@@ -14,7 +14,6 @@ skipped-update counts stay on the device until a logging step reads them.
 from __future__ import annotations
 
 import math
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,21 +23,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from nmt.batching import collate, epoch_rows, make_batches
+from nmt.batching import collate, epoch_rows
 from nmt.checkpoint import RunFiles, load_checkpoint, point_latest_at, save_checkpoint
-from nmt.config import Config, TrainConfig, config_from_dict
+from nmt.config import Config, TrainConfig
 from nmt.data import Prepared, prepare
 from nmt.errors import NmtError
-from nmt.evaluate import bleu
 from nmt.files import atomic_write
-from nmt.model import Seq2Seq, build_model
-from nmt.optim import Schedule, build_optimizer
 from nmt.report import Log, Reporter
 from nmt.runtime import (
     Distributed,
-    Precision,
     StopSignals,
-    autocast,
     configure_device,
     init_distributed,
     resolve_device,
@@ -46,126 +40,9 @@ from nmt.runtime import (
     seed_everything,
     shutdown_distributed,
 )
-from nmt.search import greedy
-from nmt.step import make_scaler, token_loss, update
-from nmt.tokenizer import Tokenizer
-
-
-@dataclass
-class Position:
-    """Where training stands; everything needed to continue exactly."""
-
-    step: int = 0  # optimizer updates done
-    epoch: int = 0  # current epoch (0-based)
-    batch_in_epoch: int = 0  # this rank's batches of `epoch` already consumed
-    best_score: float | None = None
-    bad_validations: int = 0  # validations since the best one, for early stopping
-    skipped_steps: int = 0  # updates skipped for inf/NaN gradients, in all
-
-
-# --------------------------------------------------------------------------- the state
-
-
-@dataclass
-class TrainState:
-    """Everything a checkpoint holds: how it is set up, saved and restored, side by side."""
-
-    cfg: Config
-    tokenizer: Tokenizer
-    model: Seq2Seq
-    optimizer: torch.optim.Optimizer
-    schedule: Schedule
-    scaler: torch.amp.GradScaler
-    pos: Position
-    device: torch.device
-    precision: Precision
-
-    @classmethod
-    def build(
-        cls,
-        cfg: Config,
-        tokenizer: Tokenizer,
-        device: torch.device,
-        precision: Precision,
-        total_steps: int | None,
-    ) -> TrainState:
-        """A fresh model and optimizer at step 0 (the weights drawn from the seeded RNG)."""
-        model = build_model(
-            cfg.model,
-            src_vocab_size=tokenizer.src_vocab_size,
-            tgt_vocab_size=tokenizer.tgt_vocab_size,
-            shared_vocab=tokenizer.joint,
-        ).to(device)
-        optimizer = build_optimizer(cfg.train, model.parameters())
-        return cls(
-            cfg=cfg,
-            tokenizer=tokenizer,
-            model=model,
-            optimizer=optimizer,
-            schedule=Schedule(cfg.train, optimizer, total_steps),
-            scaler=make_scaler(device, precision),
-            pos=Position(),
-            device=device,
-            precision=precision,
-        )
-
-    def checkpoint(self) -> dict[str, Any]:
-        """What a checkpoint holds: enough to translate (config, tokenizer, weights) and to
-        continue exactly (optimizer, schedule, scaler, position in the data, RNG states)."""
-        return {
-            "config": self.cfg.to_dict(),
-            "tokenizer": self.tokenizer.to_bytes(),
-            "vocab": {"src": self.tokenizer.src_vocab_size, "tgt": self.tokenizer.tgt_vocab_size},
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "schedule": self.schedule.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "position": self.pos.__dict__.copy(),
-            "rng": _rng_state(self.device),
-            "precision": self.precision,
-        }
-
-    def restore(self, saved: dict[str, Any]) -> None:
-        """Put back what `checkpoint` saved (the config and tokenizer are checked, not set)."""
-        self.model.load_state_dict(saved["model"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-        self.schedule.load_state_dict(saved["schedule"])
-        if saved["scaler"]:  # empty when written by a disabled scaler (older checkpoints)
-            self.scaler.load_state_dict(saved["scaler"])
-        self.pos = Position(**saved["position"])
-        _set_rng_state(saved["rng"], self.device)
-
-
-def _rng_state(device: torch.device) -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": list(random.getstate()[1]),
-        "python_version": random.getstate()[0],
-    }
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate((state["python_version"], tuple(state["python"]), None))
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def _check_resumable(cfg: Config, saved: dict[str, Any], run_dir: Path) -> None:
-    """Resuming may change how training goes on (lr, steps, ...), not what is trained."""
-    old = config_from_dict(saved["config"])
-    for section in ("model", "tokenizer", "data"):
-        if getattr(old, section) != getattr(cfg, section):
-            a, b = getattr(old, section).__dict__, getattr(cfg, section).__dict__
-            diffs = [f"{section}.{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k]]
-            raise NmtError(
-                f"{run_dir}: cannot resume with a different {section} config "
-                f"({'; '.join(diffs)}); use another run.dir or --overwrite"
-            )
-
+from nmt.step import update
+from nmt.train_state import Position, TrainState, check_resumable
+from nmt.validation import attention_of, validate
 
 # --------------------------------------------------------------------------- stopping
 
@@ -288,7 +165,7 @@ def _fit(
     ctx.barrier()
     saved = load_checkpoint(cfg.run_dir / "last.pt") if has_checkpoint else None
     if saved is not None:
-        _check_resumable(cfg, saved, cfg.run_dir)
+        check_resumable(cfg, saved, cfg.run_dir)
     seed_everything(tc.seed)
 
     if not ctx.is_main:
@@ -448,7 +325,7 @@ def _validate_and_save(
         reporter.record(row)
         if len(prepared.valid.src_ids):
             sample = prepared.valid.src_ids[0]
-            reporter.attention_image(_attention_of(ts.model, sample, ts.device), pos.step)
+            reporter.attention_image(attention_of(ts.model, sample, ts.device), pos.step)
         run.save(ts.checkpoint(), step=pos.step, best=improved)
     if ctx.enabled:
         count = torch.tensor([pos.bad_validations], device=ts.device)
@@ -502,65 +379,3 @@ def _flush(stats: Stats, pos: Position, epoch: int, lr: float) -> dict[str, Any]
     stats.updates = 0
     stats.started = time.perf_counter()
     return row
-
-
-@torch.inference_mode()
-def validate(
-    model: Seq2Seq,
-    prepared: Prepared,
-    cfg: Config,
-    device: torch.device,
-    precision: Precision,
-) -> dict[str, float]:
-    """Validation loss, perplexity (without label smoothing) and greedy BLEU."""
-    split = prepared.valid
-    model.eval()
-    loss = torch.zeros((), device=device)
-    tokens = 0
-    hyps: list[str] = [""] * len(split.src_ids)
-    for rows in make_batches(
-        [len(s) for s in split.src_ids],
-        [len(t) for t in split.tgt_ids],
-        batch_size=cfg.decode.batch_size,
-        batch_tokens=None,
-        shuffle=False,
-        seed=0,
-        epoch=0,
-    ):
-        batch = collate(
-            [split.src_ids[r] for r in rows], [split.tgt_ids[r] for r in rows], rows
-        ).to(device)
-        with autocast(device, precision):
-            logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
-            loss += token_loss(logits, batch.tgt_out, 0.0)
-            result = greedy(
-                model,
-                batch.src,
-                batch.src_lens,
-                max_len_ratio=cfg.decode.max_len_ratio,
-                max_len_const=cfg.decode.max_len_const,
-                min_len=0,
-            )
-        tokens += batch.n_tgt_tokens
-        texts = prepared.tokenizer.decode_tgt([h[0].tokens for h in result.hypotheses])
-        for r, text in zip(rows, texts, strict=True):
-            hyps[r] = text
-    model.train()
-    val_loss = loss.item() / max(tokens, 1)
-    return {
-        "val_loss": val_loss,
-        "val_ppl": math.exp(min(val_loss, 50.0)),
-        "val_bleu": bleu(hyps, split.tgt_text).score,
-    }
-
-
-@torch.inference_mode()
-def _attention_of(model: Seq2Seq, src_ids: list[int], device: torch.device) -> torch.Tensor:
-    """Greedy attention (T, S) for one sentence, for the TensorBoard image."""
-    batch = collate([src_ids], None, [0]).to(device)
-    model.eval()
-    result = greedy(
-        model, batch.src, batch.src_lens, max_len_ratio=2.0, max_len_const=10, min_len=0
-    )
-    model.train()
-    return result.hypotheses[0][0].attention.float().cpu()
