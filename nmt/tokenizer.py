@@ -73,18 +73,22 @@ class Tokenizer:
                 "tgt": _train_model(tgt, cfg, "target"),
             }
         tok = cls.from_bytes(models)
+        # hard_vocab_limit=False makes sentencepiece stop where the corpus runs out of pieces
+        # instead of failing: that size is what the corpus supports, and the config asked
+        # for more. Refused before anything is written, with the size to ask for.
+        got = min(tok.src_vocab_size, tok.tgt_vocab_size)
+        if got < cfg.vocab_size:
+            raise TokenizerError(
+                f"tokenizer.vocab_size {cfg.vocab_size}: the train split supports at most "
+                f"{got} {cfg.type} pieces; set tokenizer.vocab_size to {got} or less"
+            )
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
         for name, data in models.items():
             atomic_write(out_dir / _FILES[name], data)
         settings = json.dumps(dataclasses.asdict(cfg), indent=2, sort_keys=True)
         atomic_write(out_dir / SETTINGS_FILE, settings.encode("utf-8"))
-        # hard_vocab_limit=False lets a small corpus end below vocab_size: say what it got.
-        if tok.joint:
-            sizes = f"joint vocabulary {tok.src_vocab_size}"
-        else:
-            sizes = f"vocabularies {tok.src_vocab_size} (source), {tok.tgt_vocab_size} (target)"
-        log(f"tokenizer: trained {cfg.type} {sizes} (asked for {cfg.vocab_size}) in {out_dir}")
+        kind = "joint vocabulary" if tok.joint else "vocabularies (source, target)"
+        log(f"tokenizer: trained {cfg.type} {kind} of {cfg.vocab_size} in {out_dir}")
         return tok
 
     @classmethod

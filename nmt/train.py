@@ -264,6 +264,7 @@ def _fit(
                 _validate_and_save(ts, prepared, run, reporter, stats, ctx, epoch)
                 validated_at = saved_at = pos.step
                 last_saved = time.monotonic()
+                stopped_by = stopped_by or stop_reason(pos, tc)  # early stopping
             elif log_now:
                 reporter.record(_flush(stats, pos, epoch, ts.schedule.lr))
             minutes_unsaved = (time.monotonic() - last_saved) / 60

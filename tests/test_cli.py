@@ -119,3 +119,167 @@ def test_train_then_refuse_to_clobber(tmp_path):
     assert_one_line_error(runner.invoke(app, args), "--resume", "--overwrite")
     assert runner.invoke(app, [*args, "--overwrite"]).exit_code == 0
     assert_one_line_error(runner.invoke(app, [*args, "--resume", "--overwrite"]), "exclude")
+
+
+# --------------------------------------------------------------------------- bad input
+# Each case: one `error:` line on stderr naming the thing and what was expected, exit code 2,
+# no traceback, and every file the user had is unchanged.
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def _corpus(folder: Path, train_en: bytes = b"a b\nc d\n", train_fr: bytes = b"e f\ng h\n"):
+    folder.mkdir()
+    for split in ("val", "test"):
+        (folder / f"{split}.en").write_bytes(b"a b\n")
+        (folder / f"{split}.fr").write_bytes(b"e f\n")
+    (folder / "train.en").write_bytes(train_en)
+    (folder / "train.fr").write_bytes(train_fr)
+    return folder
+
+
+def _train_args(data: Path | str, run: Path | str, *more: str) -> list[str]:
+    return ["train", str(TINY), "--set", f"data.dir={data}", "--set", f"run.dir={run}", *more]
+
+
+def _checkpoints(tmp_path: Path) -> dict[str, Path]:
+    """A file that is not a checkpoint, a truncated one, and one of another format version."""
+    import torch
+
+    from nmt.checkpoint import save_checkpoint
+
+    good = tmp_path / "good.pt"
+    save_checkpoint({"x": torch.zeros(1000)}, good)
+    out = {"not a checkpoint": tmp_path / "notes.pt", "truncated": tmp_path / "cut.pt"}
+    out["not a checkpoint"].write_text("hello")
+    out["truncated"].write_bytes(good.read_bytes()[:500])
+    future = tmp_path / "future.pt"
+    torch.save({"format": 99, "model": {}}, future)
+    out["format 99"] = future
+    return out
+
+
+BAD_INPUT = {
+    "yaml syntax": (
+        lambda t: ["check-config", str(_write(t / "c.yaml", "model: [dot\n"))],
+        ["c.yaml", "line 2, column 1", "invalid YAML"],
+    ),
+    "yaml not a mapping": (
+        lambda t: ["check-config", str(_write(t / "c.yaml", "- a\n- b\n"))],
+        ["c.yaml", "expected a mapping"],
+    ),
+    "unknown key": (
+        lambda t: ["check-config", str(TINY), "--set", "train.lrr=1"],
+        ["train.lrr: unknown key", "did you mean 'lr'"],
+    ),
+    "wrong type": (
+        lambda t: ["check-config", str(TINY), "--set", "train.batch_size=big"],
+        ["train.batch_size: expected an integer, got 'big'"],
+    ),
+    "invalid choice": (
+        lambda t: ["check-config", str(TINY), "--set", "model.attention=cosine"],
+        ["model.attention: 'cosine' is not allowed", "concat"],
+    ),
+    "zero size": (
+        lambda t: ["check-config", str(TINY), "--set", "model.emb_size=0"],
+        ["model.emb_size: 0 is below the minimum 1"],
+    ),
+    "negative size": (
+        lambda t: ["check-config", str(TINY), "--set", "train.batch_size=-4"],
+        ["train.batch_size: -4 is below the minimum 1"],
+    ),
+    "clip_norm 0": (
+        lambda t: ["check-config", str(TINY), "--set", "train.clip_norm=0"],
+        ["train.clip_norm: 0.0 must be above 0.0 (null turns it off)"],
+    ),
+    "missing config": (lambda t: ["train", str(t / "nope.yaml")], ["nope.yaml", "file not found"]),
+    "malformed --set": (
+        lambda t: ["check-config", str(TINY), "--set", "train.lr"],
+        ["--set 'train.lr': expected KEY=VALUE"],
+    ),
+    "missing data dir": (
+        lambda t: _train_args(t / "nowhere", t / "run"),
+        ["nowhere/train.en: no such file"],
+    ),
+    "misaligned data": (
+        lambda t: _train_args(_corpus(t / "d", train_fr=b"e f\n"), t / "run"),
+        ["train.en has 2 lines but", "train.fr has 1"],
+    ),
+    "empty after filtering": (
+        lambda t: _train_args(
+            _corpus(t / "d"),
+            t / "run",
+            "--set",
+            "data.max_len_ratio=1",
+            "--set",
+            "tokenizer.vocab_size=16",
+            "--set",
+            "data.max_len=1",
+        ),
+        ["the train split 'train' is empty after cleaning", "data.max_len"],
+    ),
+    "invalid utf-8": (
+        lambda t: _train_args(_corpus(t / "d", train_en=b"a b\n\xff\n"), t / "run"),
+        ["train.en: line 2 is not valid UTF-8"],
+    ),
+    "vocabulary too large": (
+        lambda t: _train_args(TINY_DATA, t / "run", "--set", "tokenizer.vocab_size=50000"),
+        ["tokenizer.vocab_size 50000: the train split supports at most"],
+    ),
+    "resume with nothing": (
+        lambda t: [*_train_args(TINY_DATA, t / "run"), "--resume"],
+        ["nothing to resume"],
+    ),
+    "no model": (lambda t: ["translate", "Hello."], ["no trained run found", "--model"]),
+    "eval with no model": (lambda t: ["eval"], ["no trained run found"]),
+}
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(tmp_path, case):
+    make_args, needles = BAD_INPUT[case]
+    args = make_args(tmp_path)
+    before = _files(tmp_path)
+    result = runner.invoke(app, args)
+    assert_one_line_error(result, *needles)
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    after = _files(tmp_path)
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing of theirs changed
+
+
+@pytest.mark.parametrize("kind", ["not a checkpoint", "truncated", "format 99"])
+@pytest.mark.parametrize("command", ["translate", "eval"])
+def test_a_bad_checkpoint_is_one_line_exit_2(tmp_path, kind, command):
+    path = _checkpoints(tmp_path)[kind]
+    before = path.read_bytes()
+    args = [command, "--model", str(path)] + (["Hello."] if command == "translate" else [])
+    result = runner.invoke(app, args)
+    assert_one_line_error(result, str(path), {"format 99": "format 99"}.get(kind, "not"))
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "output", ["/proc/no/such/dir/out.txt", "missing-dir/out.txt", "/proc/out.txt"]
+)
+def test_an_unwritable_output_is_refused_before_the_model_is_even_loaded(tmp_path, output):
+    # The model does not exist: an error about --output proves it was checked first.
+    for args in (
+        ["translate", "Hello.", "--model", "no-model.pt", "--output", output],
+        ["eval", "--model", "no-model.pt", "--output", output],
+    ):
+        result = runner.invoke(app, args)
+        assert_one_line_error(result, f"--output {output}")
+
+
+def test_debug_shows_the_traceback():
+    plain = runner.invoke(app, ["translate", "Hello.", "--model", "no-model.pt"])
+    assert "Traceback" not in plain.output
+    debug = runner.invoke(app, ["--debug", "translate", "Hello.", "--model", "no-model.pt"])
+    assert debug.exit_code == 2 and "Traceback" in debug.stderr

@@ -208,7 +208,9 @@ def test_a_failed_cache_write_is_a_clear_error_and_keeps_nothing_half_written(
     monkeypatch.undo()
     data = tmp_path / "run" / "data"
     assert not list(data.glob("prepared-*")) and not list(data.glob(".prepared-*"))
-    assert prepare(cfg, log=lambda _: None).report.cached is False  # and it works once space is back
+    assert (
+        prepare(cfg, log=lambda _: None).report.cached is False
+    )  # and it works once space is back
 
 
 def test_atomic_write_gives_ordinary_permissions(tmp_path):
@@ -247,9 +249,7 @@ def test_overwrite_deletes_a_previous_run_and_nothing_else(tmp_path):
     "foreign",
     ["notes.txt", "src/model.py", "data/multi30k/train.en", "tensorboard/my_plot.png"],
 )
-def test_overwrite_refuses_a_directory_holding_anything_else_and_touches_nothing(
-    tmp_path, foreign
-):
+def test_overwrite_refuses_a_directory_holding_anything_else_and_touches_nothing(tmp_path, foreign):
     project = tmp_path / "project"
     cfg = load_config(TINY, overrides(project, "train.max_steps=2"))
     fit(cfg, log=lambda _: None)  # a run, and then the user's own files beside it

@@ -350,3 +350,42 @@ def test_beam_scores_and_attention_match_teacher_forcing(attention, decoder, fee
             finished.add(h.finished)
     assert n_checked == 20
     assert finished == {True, False}  # outputs ended by EOS and cut by the limit are checked
+
+
+class SpecialsFirstModel(TableModel):
+    """The tables, with PAD and BOS made the likeliest next tokens everywhere: a search
+    that forgot to forbid them would emit them."""
+
+    def step(
+        self, prev: Tensor, state: TableState, enc: TableEncoded
+    ) -> tuple[Tensor, TableState, Tensor]:
+        logits, state, attn = super().step(prev, state, enc)
+        logits = logits.clone()
+        logits[:, PAD_ID] = 5.0
+        logits[:, BOS_ID] = 4.0
+        return logits, state, attn
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_search_never_emits_pad_or_bos_even_when_they_are_likeliest(search):
+    src, src_lens = sources([0, 1, 2], [3, 4, 2])
+    limits: dict[str, Any] = dict(max_len_ratio=0.0, max_len_const=6, min_len=0)
+    if search == "greedy":
+        result = greedy(SpecialsFirstModel(), src, src_lens, **limits)  # type: ignore[arg-type]
+    else:
+        result = beam_search(
+            SpecialsFirstModel(),  # type: ignore[arg-type]
+            src,
+            src_lens,
+            beam=3,
+            nbest=3,
+            length_penalty="none",
+            alpha=0.0,
+            **limits,
+        )
+    for hyps in result.hypotheses:
+        for h in hyps:
+            assert PAD_ID not in h.tokens and BOS_ID not in h.tokens, h.tokens
+    # The words come from the tables as without the specials.
+    without = run_greedy([0], [3]) if search == "greedy" else run_beam([0], [3], beam=3)
+    assert result.best[0].tokens == without.best[0].tokens

@@ -126,11 +126,15 @@ def test_training_is_deterministic(tmp_path: Path) -> None:
     assert len(digests) == 1
 
 
-def test_too_large_vocabulary_still_trains_and_says_what_it_got(tmp_path: Path) -> None:
-    lines: list[str] = []
-    tok = Tokenizer.train(EN, FR, TokenizerConfig(vocab_size=5000), tmp_path, log=lines.append)
-    assert tok.src_vocab_size < 5000
-    assert f"joint vocabulary {tok.src_vocab_size} (asked for 5000)" in lines[0]
+def test_a_vocabulary_larger_than_the_corpus_supports_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerError) as info:
+        Tokenizer.train(EN, FR, TokenizerConfig(vocab_size=5000), tmp_path, log=quiet)
+    message = str(info.value)
+    assert message.startswith("tokenizer.vocab_size 5000: the train split supports at most")
+    most = int(message.split("at most ")[1].split()[0])
+    assert not list(tmp_path.iterdir())  # nothing written
+    tok = Tokenizer.train(EN, FR, TokenizerConfig(vocab_size=most), tmp_path, log=quiet)
+    assert tok.src_vocab_size == most  # the size it names works
 
 
 def test_empty_corpus_is_a_clear_error(tmp_path: Path) -> None:

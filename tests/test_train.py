@@ -478,6 +478,117 @@ def test_ddp_with_two_gloo_processes(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "2 processes" in out.stdout
+    assert out.stdout.count("model:") == 1 and out.stdout.count("data: train") == 1  # rank 0
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # written once, by rank 0
     assert load_checkpoint(run_dir / "last.pt")["position"]["step"] == 4
+
+
+# --------------------------------------------------------------------------- stop conditions
+
+
+def test_valid_every_validates_at_those_steps(tmp_path):
+    cfg = tiny(tmp_path, "train.valid_every=2", "train.max_steps=5")
+    fit(cfg, log=lambda _: None)
+    assert [r["step"] for r in metrics(cfg) if "val_bleu" in r] == [2, 4, 5]  # 5: the end
+    assert sorted(p.name for p in cfg.run_dir.glob("step-*.pt")) == ["step-5.pt"]  # keep_last 1
+
+
+def test_max_epochs_stops_after_whole_epochs(tmp_path):
+    cfg = tiny(tmp_path, "train.max_steps=0", "train.max_epochs=2")  # 6 batches an epoch
+    result = fit(cfg, log=lambda _: None)
+    assert (result.stopped_by, result.step, result.epoch) == ("max_epochs", 12, 2)
+    assert [r["step"] for r in metrics(cfg) if "val_bleu" in r] == [6, 12]  # end of each epoch
+
+
+def test_early_stopping_after_patience_validations_without_gain(tmp_path):
+    # lr 0: the BLEU never improves on the first validation.
+    cfg = tiny(
+        tmp_path, "train.lr=0.0", "train.valid_every=1", "train.patience=2", "train.max_steps=50"
+    )
+    result = fit(cfg, log=lambda _: None)
+    assert (result.stopped_by, result.step) == ("early stopping", 3)
+    assert load_checkpoint(cfg.run_dir / "best.pt")["position"]["step"] == 1
+
+
+def test_max_minutes_stops_on_the_clock(tmp_path, monkeypatch):
+    import nmt.train
+
+    clock = {"t": 1000.0}
+
+    def monotonic() -> float:  # each reading is 6 seconds later
+        clock["t"] += 6.0
+        return clock["t"]
+
+    monkeypatch.setattr(nmt.train.time, "monotonic", monotonic)
+    cfg = tiny(
+        tmp_path, "train.max_minutes=0.5", "train.max_steps=100", "train.save_every_minutes=null"
+    )
+    result = fit(cfg, log=lambda _: None)
+    assert result.stopped_by == "max_minutes" and 0 < result.step < 10
+    assert "val_bleu" in metrics(cfg)[-1]  # the run validates and saves before it stops
+
+
+def test_a_checkpoint_written_by_fit_translates(tmp_path):
+    from nmt.translate import Translator
+
+    cfg = tiny(tmp_path, "train.max_steps=30")
+    fit(cfg, log=lambda _: None)
+    translator = Translator.from_checkpoint(cfg.run_dir)
+    assert translator.path == cfg.run_dir / "best.pt"
+    assert translator.config == cfg
+    (t,) = translator.translate(["A dog runs in the park."], beam=2)
+    assert t.text and t.attention.shape == (len(t.tgt_labels), len(t.src_tokens))
+
+
+DDP_SCRIPT = """
+import sys, torch, torch.distributed as dist
+from torch import nn
+sys.path.insert(0, {tests!r})
+from test_train import _tiny_model_and_batches, _ddp_groups
+from nmt.batching import collate
+from nmt.optim import build_optimizer
+from nmt.step import make_scaler, update
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+cfg, model, rows, tgts = _tiny_model_and_batches()
+net = nn.parallel.DistributedDataParallel(model)
+batch = _ddp_groups(rows, tgts)[rank]
+cpu = torch.device("cpu")
+update(net, [batch], optimizer=build_optimizer(cfg.train, model.parameters()),
+       scaler=make_scaler(cpu, "fp32"), device=cpu, precision="fp32", label_smoothing=0.1,
+       clip_norm=1.0, world=2)
+if rank == 0:
+    torch.save(model.state_dict(), {out!r})
+dist.destroy_process_group()
+"""
+
+
+def _ddp_groups(rows, tgts):
+    """Two batches with very different token counts: 1 pair and 3 pairs."""
+    return [collate(rows[:1], tgts[:1], [0]), collate(rows[1:], tgts[1:], [1, 2, 3])]
+
+
+@pytest.mark.slow
+def test_ddp_update_equals_one_process_on_the_union_of_the_batches(tmp_path):
+    script = tmp_path / "ddp_step.py"
+    out = tmp_path / "ddp.pt"
+    script.write_text(DDP_SCRIPT.format(tests=str(ROOT / "tests"), out=str(out)))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(29700 + os.getpid() % 200),
+        str(script),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cfg, model, rows, tgts = _tiny_model_and_batches()
+    _step(model, cfg, _ddp_groups(rows, tgts))  # one process, both batches accumulated
+    ddp = torch.load(out, weights_only=True)
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(ddp[k], v, rtol=1e-5, atol=1e-6)

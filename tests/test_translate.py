@@ -81,8 +81,11 @@ def test_nbest_lists_distinct_translations_best_first(translator, sentences):
     for t in translator.translate(sentences[:3], beam=4, nbest=4):
         assert len(t.nbest) == 4
         assert t.nbest[0] == (t.text, t.score)
+        texts = [text for text, _ in t.nbest]
+        assert len(set(texts)) == 4, texts  # four different outputs, not one repeated
         scores = [s for _, s in t.nbest]
         assert scores == sorted(scores, reverse=True)
+        assert len(set(scores)) == 4
 
 
 def test_nbest_above_beam_is_refused(translator):
@@ -132,17 +135,26 @@ def test_the_default_log_is_a_python_warning(tiny_run):
 def test_unseen_characters_and_any_unicode(translator):
     inputs = ["日本語の文 ☕ 🐕", "Zoë's naïve café — «ok»", "\u2028weird\u200bspaces\u00a0here"]
     out = translator.translate(inputs, beam=2)
-    assert len(out) == 3
-    for t in out:
-        assert isinstance(t.text, str)
-        assert t.src_tokens[-1] == EOS_PIECE
+    assert [t.source for t in out] == inputs
+    tok = translator.tokenizer
+    for t, text in zip(out, inputs, strict=True):
+        # The model read every piece of the input (unknown characters as <unk>), then EOS ...
+        assert t.src_tokens == tok.src_pieces(" ".join(text.split())) + [EOS_PIECE]
+        assert t.attention.shape == (len(t.tgt_labels), len(t.src_tokens))
+        # ... and the output is text the tokenizer itself would give for those pieces.
+        assert t.text == tok.decode_tgt([tok.encode_tgt([t.text])[0]])[0] or not t.text
+    alone = [translator.translate([text], beam=2)[0].text for text in inputs]
+    assert [t.text for t in out] == alone
 
 
 def test_attention_rows_are_distributions_over_the_source_pieces(translator, sentences):
-    for t in translator.translate(sentences[:3], beam=3):
+    out = translator.translate(sentences[:3], beam=3)
+    assert any(t.finished for t in out)  # the overfitted model ends its sentences
+    for t in out:
         assert t.attention.shape == (len(t.tgt_labels), len(t.src_tokens))
         assert torch.allclose(t.attention.sum(1), torch.ones(len(t.tgt_labels)), atol=1e-5)
-        assert t.tgt_labels[-1] == EOS_PIECE if t.finished else True
+        assert (t.tgt_labels[-1] == EOS_PIECE) == t.finished
+        assert EOS_PIECE not in t.tgt_labels[:-1]
 
 
 def test_attention_as_text_has_source_across_and_target_down(translator):
@@ -164,8 +176,16 @@ def test_attention_plot_is_a_png(translator, tmp_path):
     path = tmp_path / "att.png"
     plot_attention(t, path)
     assert path.read_bytes().startswith(PNG_MAGIC)
-    height, width, _ = matplotlib.image.imread(path).shape
+    image = matplotlib.image.imread(path)
+    height, width, _ = image.shape
     assert height > 50 and width > 50
+    # A heatmap, not an empty frame: dark cells (little weight) and light ones (much).
+    grey = image[..., :3].mean(-1)
+    assert (grey < 0.2).mean() > 0.05 and (grey > 0.8).mean() > 0.05
+    # One cell a token: a longer sentence gives a wider picture.
+    (longer,) = translator.translate(["Two dogs are playing in the snow near a big red house."])
+    plot_attention(longer, tmp_path / "long.png")
+    assert matplotlib.image.imread(tmp_path / "long.png").shape[1] > width
 
 
 def test_plot_paths_number_inputs_when_there_are_several(tmp_path):
