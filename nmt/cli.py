@@ -126,13 +126,14 @@ def train(
         bool, typer.Option("--resume", help="Continue the run in run.dir from its last.pt.")
     ] = False,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Delete an existing run in run.dir and start over.")
+        bool, typer.Option("--overwrite", help="Delete the previous run's files in run.dir (nothing else) and start over.")
     ] = False,
 ) -> None:
     """Train a model: tokenizer, batches, training, validation BLEU, checkpoints in run.dir.
 
     Example: nmt train configs/tiny.yaml --set model.attention=dot --set train.max_steps=200
-    Ctrl-C saves a checkpoint; `--resume` continues exactly where it stopped.
+    Ctrl-C or SIGTERM finishes the update under way, saves, and exits 130/143; `--resume`
+    continues exactly where it stopped.
     Several GPUs or machines: torchrun --nproc_per_node 2 -m nmt train CONFIG
     """
     if resume and overwrite:
