@@ -448,17 +448,25 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path):
     assert load_checkpoint(path)["x"].item() == 1
 
 
-@pytest.mark.slow
-def test_ddp_with_two_gloo_processes(tmp_path):
-    run_dir = tmp_path / "ddp"
-    cmd = [
+def torchrun_2(base_port: int) -> list[str]:
+    """`torchrun --nproc_per_node 2` on a port of its own (tests may run side by side)."""
+    port = base_port + os.getpid() % 200
+    return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--nproc_per_node",
         "2",
         "--master_port",
-        str(29500 + os.getpid() % 1000),
+        str(port),
+    ]
+
+
+@pytest.mark.slow
+def test_ddp_with_two_gloo_processes(tmp_path):
+    run_dir = tmp_path / "ddp"
+    cmd = [
+        *torchrun_2(29500),
         "-m",
         "nmt",
         "train",
@@ -575,13 +583,7 @@ def test_ddp_update_equals_one_process_on_the_union_of_the_batches(tmp_path):
     out = tmp_path / "ddp.pt"
     script.write_text(DDP_SCRIPT.format(tests=str(ROOT / "tests"), out=str(out)))
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(29700 + os.getpid() % 200),
+        *torchrun_2(29700),
         str(script),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
