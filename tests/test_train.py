@@ -388,6 +388,19 @@ def test_precision_resolution():
         resolve_precision("fp16", cpu)
 
 
+@pytest.mark.parametrize(
+    ("capability", "expected"),
+    [((7, 0), "fp16"), ((7, 5), "fp16"), ((8, 0), "bf16"), ((9, 0), "bf16")],
+)
+def test_auto_precision_picks_bf16_only_where_the_gpu_has_it_natively(
+    monkeypatch, capability, expected
+):
+    # torch.cuda.is_bf16_supported() also counts emulation (V100, T4): not a reason for bf16.
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert resolve_precision("auto", torch.device("cuda", 0)) == expected
+
+
 def test_schedules():
     def train_cfg(**kw):
         return config_from_dict({"train": kw}).train
