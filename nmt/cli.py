@@ -126,7 +126,11 @@ def train(
         bool, typer.Option("--resume", help="Continue the run in run.dir from its last.pt.")
     ] = False,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Delete the previous run's files in run.dir (nothing else) and start over.")
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete the previous run's files in run.dir (nothing else), start over.",
+        ),
     ] = False,
 ) -> None:
     """Train a model: tokenizer, batches, training, validation BLEU, checkpoints in run.dir.
