@@ -273,6 +273,8 @@ def _fit(
                 if ctx.is_main:  # last.pt only: best.pt and step-N.pt come with validation
                     save_checkpoint(ts.checkpoint(), run.dir / "last.pt")
                 saved_at, last_saved = pos.step, time.monotonic()
+            if not ctx.enabled and not stopped_by and signals.received is not None:
+                stopped_by = signals.name  # it came during validation: no update starts now
 
         if signals.received is not None:
             if ctx.is_main:
