@@ -186,8 +186,8 @@ class RunFiles:
         self.dir = run_dir
         self.keep_last = keep_last
 
-    def claim(self, *, resume: bool, overwrite: bool) -> bool:
-        """Make the directory ready for a run; True when there is a checkpoint to resume.
+    def claim(self, *, resume: bool, overwrite: bool) -> None:
+        """Make the directory ready for a run.
 
         `resume` on a run that wrote files but no checkpoint yet (killed in its first
         minutes) starts it again from the beginning. `overwrite` deletes the files of a
@@ -195,13 +195,11 @@ class RunFiles:
         refused, untouched.
         """
         if resume:
-            if (self.dir / "last.pt").is_file():
-                return True
-            if not any(run_entries(self.dir)):
+            if not (self.dir / "last.pt").is_file() and not run_entries(self.dir):
                 raise NmtError(
                     f"{self.dir}: nothing to resume (no run here); train without --resume"
                 )
-            return False
+            return
         existing = [m for m in RUN_MARKERS if (self.dir / m).exists()]
         if existing and not overwrite:
             raise NmtError(
@@ -224,7 +222,6 @@ class RunFiles:
                 else:
                     entry.unlink()
         self.dir.mkdir(parents=True, exist_ok=True)
-        return False
 
     def save(self, state: dict[str, Any], *, step: int, best: bool) -> None:
         """Write last.pt atomically; best.pt and step-N.pt are hard links to the same bytes

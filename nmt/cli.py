@@ -73,16 +73,13 @@ def user_errors() -> Iterator[None]:
     `--debug`, the traceback too); Ctrl-C outside training exits 130."""
     try:
         yield
-    except ConfigError as e:
-        if _debug:
-            traceback.print_exc()
-        for problem in e.problems:
-            typer.echo(f"error: {e.source}: {problem}", err=True)
-        raise typer.Exit(2) from None
     except NmtError as e:
         if _debug:
             traceback.print_exc()
-        _fail(str(e))
+        lines = [f"{e.source}: {p}" for p in e.problems] if isinstance(e, ConfigError) else [str(e)]
+        for line in lines:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2) from None
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         raise typer.Exit(130) from None

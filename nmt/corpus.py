@@ -28,7 +28,7 @@ datasets.logging.set_verbosity_error()
 
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{name}.gz"
 _HOLDOUT_SEED = 1234  # held-out valid/test rows must not move when train.seed changes
-_STR = datasets.Value("string")
+TEXT = datasets.Value("string")  # the feature type of the src and tgt columns
 
 
 class DataError(NmtError):
@@ -55,7 +55,7 @@ def load_split(cfg: DataConfig, split: str, *, cache_dir: Path | None = None) ->
             usecols=[0, 1],  # Tatoeba-style attribution columns are ignored
             keep_default_na=False,  # "NA" and "null" are sentences, not missing values
             na_filter=False,
-            features=datasets.Features({"src": _STR, "tgt": _STR}),
+            features=datasets.Features({"src": TEXT, "tgt": TEXT}),
         )
     elif cfg.format == "jsonl":
         where = _locate(cfg, split)

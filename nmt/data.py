@@ -21,12 +21,11 @@ import datasets
 
 from nmt.batching import make_batches, padding_fraction
 from nmt.config import Config, DataConfig
-from nmt.corpus import DataError, load_splits
+from nmt.corpus import TEXT, DataError, load_splits
 from nmt.files import atomic_directory, atomic_write
 from nmt.tokenizer import Tokenizer, train_or_load
 
 _CACHE_VERSION = 1  # bump when the cached layout or the cleaning rules change
-_STR = datasets.Value("string")
 _IDS = datasets.List(datasets.Value("int32"))  # half the size of int64, vocab << 2**31
 
 
@@ -205,7 +204,7 @@ def _tokenize(
         return {"src": src, "tgt": tgt, "src_ids": src_ids, "tgt_ids": tgt_ids, "drop": drop}
 
     features = datasets.Features(
-        {"src": _STR, "tgt": _STR, "src_ids": _IDS, "tgt_ids": _IDS, "drop": _STR}
+        {"src": TEXT, "tgt": TEXT, "src_ids": _IDS, "tgt_ids": _IDS, "drop": TEXT}
     )
     out = ds.map(
         fn,

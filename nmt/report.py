@@ -43,9 +43,11 @@ class Reporter:
         if cfg.run.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            # purge_step hides events an interrupted run wrote after its last checkpoint.
+            # purge_step hides events an interrupted run wrote after its last checkpoint
+            # (all of them when it had none: `--resume` then starts over).
+            events = cfg.run_dir / "tensorboard"
             self.writer = SummaryWriter(
-                str(cfg.run_dir / "tensorboard"), purge_step=start_step + 1 if start_step else None
+                str(events), purge_step=start_step + 1 if events.is_dir() else None
             )
         if sys.stderr.isatty():
             from rich.progress import (

@@ -69,10 +69,13 @@ def update(
     process makes on the union of their batches. Gradients are all-reduced on the last
     micro-batch only.
     """
-    tokens = torch.tensor(float(sum(b.n_tgt_tokens for b in group)), device=device)
+    tokens = sum(b.n_tgt_tokens for b in group)
+    normaliser: float | torch.Tensor = tokens
     if world > 1:
-        dist.all_reduce(tokens)  # a device tensor: the division below needs no host sync
-    normaliser = tokens / world
+        # Filled on the device (no host-to-device copy) and divided there: no host sync.
+        summed = torch.full((), float(tokens), device=device)
+        dist.all_reduce(summed)
+        normaliser = summed / world
     loss_sum = torch.zeros((), device=device)
     for i, batch in enumerate(group):
         last = i == len(group) - 1

@@ -157,8 +157,10 @@ def _fit(
     precision = resolve_precision(tc.precision, device)
     configure_device(device, tc.threads)
     run = RunFiles(cfg.run_dir, tc.keep_last)
-    has_checkpoint = run.claim(resume=resume, overwrite=overwrite) if ctx.is_main else resume
+    # Known before claiming (which never makes one), and the same on every rank.
+    has_checkpoint = resume and (cfg.run_dir / "last.pt").is_file()
     if ctx.is_main:
+        run.claim(resume=resume, overwrite=overwrite)
         atomic_write(cfg.run_dir / "config.yaml", cfg.to_yaml().encode("utf-8"))
         if resume and not has_checkpoint:
             log(f"{cfg.run_dir}: no checkpoint yet (stopped before its first); starting over")
@@ -253,8 +255,8 @@ def _fit(
             stopped_by = stop_reason(pos, tc)
             if not ctx.enabled or log_now:  # under DDP agreeing costs a sync: log steps only
                 stopped_by = stopped_by or outside_reason(signals, tc, minutes(), ctx, device)
-            signalled = signals.received is not None
-            validate_now = (stopped_by and not signalled) or (
+            by_signal = bool(stopped_by) and stopped_by == signals.name  # agreed by all ranks
+            validate_now = (stopped_by and not by_signal) or (
                 pos.step % tc.valid_every == 0 if tc.valid_every else end_of_epoch
             )
             if log_now or validate_now:
@@ -269,14 +271,14 @@ def _fit(
                 reporter.record(_flush(stats, pos, epoch, ts.schedule.lr))
             minutes_unsaved = (time.monotonic() - last_saved) / 60
             every = tc.save_every_minutes
-            if every is not None and minutes_unsaved >= every and not signalled:
+            if every is not None and minutes_unsaved >= every and not by_signal:
                 if ctx.is_main:  # last.pt only: best.pt and step-N.pt come with validation
                     save_checkpoint(ts.checkpoint(), run.dir / "last.pt")
                 saved_at, last_saved = pos.step, time.monotonic()
             if not ctx.enabled and not stopped_by and signals.received is not None:
                 stopped_by = signals.name  # it came during validation: no update starts now
 
-        if signals.received is not None:
+        if stopped_by == signals.name:
             if ctx.is_main:
                 save_checkpoint(ts.checkpoint(), run.dir / "last.pt")
                 log(
