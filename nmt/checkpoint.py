@@ -103,8 +103,11 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
             f"{path}: refused: not plain checkpoint data ({first[:200]})"
         ) from None
     except Exception as e:  # truncated or foreign files end here
-        reason = " ".join(str(e).split())[:200] or type(e).__name__
-        raise CheckpointError(f"{path}: not a readable nmt checkpoint ({reason})") from None
+        reason = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        raise CheckpointError(
+            f"{path}: not a readable nmt checkpoint (torch.load: {reason}); expected a .pt file "
+            "written by nmt train"
+        ) from None
     if not isinstance(state, dict) or "format" not in state:
         raise CheckpointError(f"{path}: not an nmt checkpoint (no format version in it)")
     if state["format"] != FORMAT_VERSION:
