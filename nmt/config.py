@@ -116,7 +116,9 @@ class ModelConfig:
     attention_size: int | None = _opt(None, min=1, help="concat's hidden size; default dec_hidden")
     decoder: Literal["bahdanau", "luong"] = "bahdanau"
     input_feeding: bool = False
-    bridge: Literal["none", "linear"] = "linear"
+    # linear: tanh(W [h_fwd; h_bwd]); copy: [h_fwd; h_bwd] as is (OpenNMT-py's default; needs
+    # dec_hidden = 2 enc_hidden); none: zeros.
+    bridge: Literal["none", "linear", "copy"] = "linear"
     dropout: float = _opt(0.3, min=0.0, max=0.95)
     tie_embeddings: bool = True  # decoder input embedding = output layer weight
     share_embeddings: bool = False  # source embedding = target embedding (joint vocab only)
@@ -351,6 +353,11 @@ def _cross_checks(cfg: Config) -> list[str]:
         problems.append("model.share_embeddings: needs tokenizer.joint: true (one vocabulary)")
     if m.input_feeding and m.decoder != "luong":
         problems.append("model.input_feeding: only the luong decoder feeds its output back")
+    if m.bridge == "copy" and m.dec_hidden != 2 * m.enc_hidden:
+        problems.append(
+            f"model.bridge: copy needs dec_hidden = 2 x enc_hidden ({2 * m.enc_hidden}), "
+            f"got {m.dec_hidden}; use linear"
+        )
     if d.format == "hub" and not d.hub_name:
         problems.append("data.hub_name: required when data.format is 'hub'")
     if cfg.train.max_steps == 0 and cfg.train.max_epochs == 0 and cfg.train.max_minutes is None:

@@ -20,6 +20,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.attention import Attention, build_attention
 from nmt.config import ModelConfig
+from nmt.recurrence import decoder_loop, scorer_of
 
 RNNS: dict[str, type[nn.GRU] | type[nn.LSTM]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -93,6 +94,32 @@ def _rnn(
     )
 
 
+def _fused_loop(
+    decoder: BahdanauDecoder | LuongDecoder, emb: Tensor, state: DecoderState, enc: Encoded
+) -> tuple[Tensor, ...] | None:
+    """The teacher-forced loop by `nmt.recurrence` (same numbers, one weight-gradient product
+    per weight), or None where it does not apply: LSTM, several layers, an unknown scorer."""
+    rnn, scorer = decoder.rnn, scorer_of(decoder.attention)
+    if not decoder.fused or not isinstance(rnn, nn.GRU) or rnn.num_layers != 1 or scorer is None:
+        return None
+    size = emb.size(-1)
+    w_ih, w_hh, b_ih, b_hh = rnn.all_weights[0]  # w_ih (3Hd, E + R): the embedding's first
+    gi_emb = nn.functional.linear(emb, w_ih[:, :size], b_ih)  # (B, T, 3Hd)
+    return decoder_loop(
+        luong=isinstance(decoder, LuongDecoder),
+        gi_emb=gi_emb,
+        h0=state.hidden[0],
+        w_ir=w_ih[:, size:],
+        w_hh=w_hh,
+        b_hh=b_hh,
+        w_c=decoder.combine.weight if isinstance(decoder, LuongDecoder) else None,
+        scorer=scorer,
+        keys=enc.keys,
+        values=enc.states,
+        mask=enc.mask,
+    )
+
+
 class Encoder(nn.Module):
     """Bidirectional RNN over the embedded source, packed so that padding never enters it."""
 
@@ -131,7 +158,8 @@ class Encoder(nn.Module):
 
 
 class Bridge(nn.Module):
-    """Initial decoder state from the encoder's final states: tanh(W [h_fwd; h_bwd]) per layer.
+    """Initial decoder state from the encoder's final states, per layer: tanh(W [h_fwd; h_bwd])
+    (`linear`) or [h_fwd; h_bwd] itself (`copy`, OpenNMT-py's default: needs Hd = 2He).
 
     Encoder layer i starts decoder layer i when the layer counts match; otherwise the top
     encoder layer starts every decoder layer. One W serves all layers; an LSTM's cell state
@@ -139,16 +167,31 @@ class Bridge(nn.Module):
     """
 
     def __init__(
-        self, *, enc_size: int, dec_hidden: int, enc_layers: int, dec_layers: int, lstm: bool
+        self,
+        *,
+        enc_size: int,
+        dec_hidden: int,
+        enc_layers: int,
+        dec_layers: int,
+        lstm: bool,
+        copy: bool = False,
     ) -> None:
         super().__init__()
+        if copy and enc_size != dec_hidden:
+            raise ValueError(
+                f"model.bridge: copy needs dec_hidden = 2 x enc_hidden ({enc_size}), "
+                f"got {dec_hidden}; use linear"
+            )
         self.dec_layers = dec_layers
         self.layerwise = enc_layers == dec_layers
-        self.hidden = nn.Linear(enc_size, dec_hidden)
-        self.cell = nn.Linear(enc_size, dec_hidden) if lstm else None
+        self.hidden = None if copy else nn.Linear(enc_size, dec_hidden)
+        self.cell = nn.Linear(enc_size, dec_hidden) if lstm and not copy else None
 
     def forward(self, final: Tensor, final_cell: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """(Le, B, 2He) final states -> (Ld, B, Hd) initial decoder hidden and cell states."""
+        if self.hidden is None:  # copy
+            c = None if final_cell is None else self._layers(final_cell)
+            return self._layers(final), c  # (Ld, B, Hd)
         h = torch.tanh(self.hidden(self._layers(final)))  # (Ld, B, Hd)
         if self.cell is None or final_cell is None:
             return h, None
@@ -164,6 +207,8 @@ class BahdanauDecoder(nn.Module):
     Pre-output ("deep output", with tanh in place of maxout): tanh(W [s_t; c_t; y_{t-1}]),
     computed once over all steps after the loop in `forward`.
     """
+
+    fused = True  # teacher forcing by nmt.recurrence where it applies; False: step by step
 
     def __init__(
         self,
@@ -216,6 +261,10 @@ class BahdanauDecoder(nn.Module):
 
     def forward(self, emb: Tensor, state: DecoderState, enc: Encoded) -> tuple[Tensor, Tensor]:
         """Teacher forcing: emb (B, T, E) -> pre-outputs (B, T, Hd), attention (B, T, S)."""
+        fused = _fused_loop(self, emb, state, enc)
+        if fused is not None:
+            s_all, c_all, w_all = fused  # (B, T, Hd), (B, T, 2He), (B, T, S)
+            return self._pre_output(s_all, c_all, emb), w_all
         states, contexts, weights = [], [], []
         for t in range(emb.size(1)):
             s, context, state, w = self._step_core(emb[:, t], state, enc)
@@ -234,6 +283,8 @@ class LuongDecoder(nn.Module):
     Without it the RNN reads the whole target in one call and attention for all steps is one
     batched product (the training fast path); `step` gives the same numbers one step at a time.
     """
+
+    fused = True  # input feeding by nmt.recurrence where it applies; False: step by step
 
     def __init__(
         self,
@@ -292,6 +343,9 @@ class LuongDecoder(nn.Module):
         if not self.input_feeding:
             out, _ = self.rnn(emb, state.rnn_state())  # (B, T, Hd)
             return self._attend(out, enc)
+        fused = _fused_loop(self, emb, state, enc)
+        if fused is not None:
+            return fused[0], fused[1]  # (B, T, Hd), (B, T, S)
         outputs, weights = [], []
         for t in range(emb.size(1)):
             h_tilde, state, w = self._step_core(emb[:, t], state, enc)
@@ -432,13 +486,14 @@ def build_model(
         dropout=cfg.dropout,
     )
     bridge = None
-    if cfg.bridge == "linear":
+    if cfg.bridge != "none":
         bridge = Bridge(
             enc_size=encoder.output_size,
             dec_hidden=cfg.dec_hidden,
             enc_layers=cfg.enc_layers,
             dec_layers=cfg.dec_layers,
             lstm=cfg.cell == "lstm",
+            copy=cfg.bridge == "copy",
         )
     attention = build_attention(
         cfg.attention,

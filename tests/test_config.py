@@ -57,6 +57,13 @@ def test_invalid_choice_lists_the_allowed_ones():
     assert "dot, scaled_dot, bilinear, concat" in problem
 
 
+def test_a_copy_bridge_needs_a_decoder_twice_the_encoder_size():
+    (problem,) = problems_of({"model": {"bridge": "copy", "enc_hidden": 256, "dec_hidden": 256}})
+    assert problem.startswith("model.bridge: copy needs dec_hidden = 2 x enc_hidden (512)")
+    cfg = config_from_dict({"model": {"bridge": "copy", "enc_hidden": 256, "dec_hidden": 512}})
+    assert cfg.model.bridge == "copy"
+
+
 def test_all_problems_are_reported_together():
     found = problems_of(
         {"model": {"atention": "dot", "cell": "rnn"}, "train": {"lr": "x", "max_steps": -1}}

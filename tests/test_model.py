@@ -166,6 +166,19 @@ def test_linear_bridge_maps_encoder_layers_to_decoder_layers(
     assert same == (enc_layers != dec_layers)  # layer-wise only when the counts match
 
 
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_copy_bridge_starts_the_decoder_from_the_encoder_final_states(cell: str) -> None:
+    model = make_model(bridge="copy", cell=cell, enc_hidden=5, dec_hidden=10).eval()
+    assert model.bridge is not None and not list(model.bridge.parameters())
+    src, lens, _ = batch(SHAPES)
+    emb = model.src_embed(src)
+    _, final, final_cell = model.encoder(emb, lens)  # (1, B, 2He) forward ; backward
+    enc = model.encode(src, lens)
+    torch.testing.assert_close(enc.final, final)
+    if cell == "lstm":
+        torch.testing.assert_close(enc.final_cell, final_cell)
+
+
 def test_no_bridge_starts_the_decoder_from_zeros() -> None:
     model = make_model(bridge="none", cell="lstm").eval()
     src, lens, _ = batch(SHAPES)

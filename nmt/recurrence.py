@@ -1,0 +1,360 @@
+"""The teacher-forced decoder loop with a hand-written backward: the training fast path.
+
+Why: autograd through a per-step loop records some forty operators per time step, and sums
+each weight's gradient one step at a time (T products of B rows and T additions per
+weight). `decoder_loop` runs the same arithmetic as `LuongDecoder`/`BahdanauDecoder`'s
+step-by-step path without recording, keeps what the backward needs, and its backward walks
+the steps in reverse computing only what depends on the next step. Every weight gradient is
+then one product over all B·T rows, as cuDNN's RNNs do; the input half of the gates that
+depends on the target embeddings only is computed outside, once for all steps.
+tests/test_recurrence.py compares both paths, values and gradients.
+
+Covers a 1-layer GRU decoder with any scorer; the attention weights it returns are for
+display and carry no gradient. Inside, matrix products run in the autocast dtype when
+autocast is on (weights cast once per batch, not once per step) and the gate arithmetic,
+softmax and saved states in float32, as cuDNN does for half-precision RNNs.
+
+Shape legend: B batch, T target steps, S source length, H decoder hidden size, R the size of
+the recurrent input's non-embedding part (Luong: H, the fed-back output; Bahdanau: Dv, the
+context), Dp projected key size, Dv value size, A the concat scorer's hidden size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nmt.attention import (
+    Attention,
+    BilinearAttention,
+    ConcatAttention,
+    DotAttention,
+    ScaledDotAttention,
+    masked_softmax,
+)
+
+# g · (1 - y²) and g · y (1 - y) from the output y, each one pass (autograd's own kernels).
+_tanh_backward = torch.ops.aten.tanh_backward
+_sigmoid_backward = torch.ops.aten.sigmoid_backward
+
+
+@dataclass
+class Scorer:
+    """The attention parameters the loop needs: concat's (w_q, b_q, v) or none (dot-like,
+    scores = scale · q·k against keys already projected by `project_keys`)."""
+
+    scale: float = 1.0
+    w_q: Tensor | None = None  # (A, H) concat's query projection
+    b_q: Tensor | None = None  # (A,)
+    v: Tensor | None = None  # (1, A)
+
+
+class _Loop(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any,
+        luong: bool,
+        scale: float,
+        gi_emb: Tensor,
+        h0: Tensor,
+        w_ir: Tensor,
+        w_hh: Tensor,
+        b_hh: Tensor,
+        w_c: Tensor | None,
+        w_q: Tensor | None,
+        b_q: Tensor | None,
+        v: Tensor | None,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+    ) -> tuple[Tensor, ...]:
+        run = _Run(luong, scale, w_ir, w_hh, b_hh, w_c, w_q, b_q, v, keys, values, mask)
+        outs = run.forward(gi_emb, h0, keep=True)
+        ctx.run = run
+        ctx.dtypes = (gi_emb.dtype, h0.dtype, keys.dtype, values.dtype)
+        ctx.mark_non_differentiable(outs[-1])
+        return outs
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
+        run: _Run = ctx.run
+        ctx.run = None  # free the saved steps as soon as the backward is done
+        g_gi, g_h0, g_w_ir, g_w_hh, g_b_hh, g_w_c, g_w_q, g_b_q, g_v, g_keys, g_values = (
+            run.backward(grads[:-1])
+        )
+        dt_gi, dt_h0, dt_k, dt_v = ctx.dtypes
+        return (
+            None,
+            None,
+            g_gi.to(dt_gi),
+            g_h0.to(dt_h0),
+            g_w_ir,
+            g_w_hh,
+            g_b_hh,
+            g_w_c,
+            g_w_q,
+            g_b_q,
+            g_v,
+            g_keys.to(dt_k),
+            g_values.to(dt_v),
+            None,
+        )
+
+
+class _Run:
+    """One batch's pass: the forward's saved steps and the backward that consumes them."""
+
+    def __init__(
+        self,
+        luong: bool,
+        scale: float,
+        w_ir: Tensor,
+        w_hh: Tensor,
+        b_hh: Tensor,
+        w_c: Tensor | None,
+        w_q: Tensor | None,
+        b_q: Tensor | None,
+        v: Tensor | None,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+    ) -> None:
+        dev = keys.device.type
+        # Autocast's dtype for products, cast here once; float32 everywhere else.
+        self.cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+        self.luong, self.scale, self.mask = luong, scale, mask
+        self.params = (w_ir, w_hh, b_hh, w_c, w_q, b_q, v)
+        self.w_ir, self.w_hh = self._c(w_ir), self._c(w_hh)
+        self.w_c = None if w_c is None else self._c(w_c)
+        self.w_q = None if w_q is None else self._c(w_q)
+        self.b_hh = self._c(b_hh)
+        self.b_q = None if b_q is None else self._c(b_q)
+        self.v = None if v is None else v.float().squeeze(0)  # (A,)
+        self.keys, self.values = keys.float(), values.float()  # (B, S, Dp), (B, S, Dv)
+        self.keys_c, self.values_c = self._c(keys), self._c(values)
+        self.saved: list[dict[str, Tensor]] = []
+
+    def _c(self, x: Tensor) -> Tensor:
+        """x in the products' dtype."""
+        return x if self.cdt is None else x.to(self.cdt)
+
+    def _mm(self, x: Tensor, w: Tensor) -> Tensor:
+        """x (N, in) @ wᵀ with w (out, in) already cast -> (N, out) float32."""
+        return (self._c(x) @ w.t()).float()
+
+    def _attend(self, q: Tensor, s: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """query (B, H) -> context (B, Dv), weights (B, S); saves what the backward needs."""
+        if self.w_q is None:
+            scores = torch.bmm(self.keys_c, self._c(q).unsqueeze(2)).squeeze(2).float()
+            scores = scores * self.scale if self.scale != 1.0 else scores  # (B, S)
+        else:
+            assert self.b_q is not None and self.v is not None
+            qp = torch.addmm(self.b_q, self._c(q), self.w_q.t()).float()  # (B, A)
+            hid = torch.tanh(qp.unsqueeze(1) + self.keys)  # (B, S, A)
+            scores = hid @ self.v  # (B, S)
+            s["hid"] = hid
+        alpha = masked_softmax(scores, self.mask)  # (B, S) float32
+        context = torch.bmm(self._c(alpha).unsqueeze(1), self.values_c).squeeze(1).float()
+        s["q"], s["alpha"] = q, alpha
+        return context, alpha  # (B, Dv), (B, S)
+
+    def _gru(self, gi: Tensor, h: Tensor, x: Tensor, s: dict[str, Tensor]) -> Tensor:
+        """gi (B, 3H) input gates from the embedding, h (B, H), x (B, R) -> new h (B, H)."""
+        gi = gi + self._mm(x, self.w_ir)  # (B, 3H)
+        gh = torch.addmm(self.b_hh, self._c(h), self.w_hh.t()).float()  # (B, 3H)
+        size = h.size(1)
+        rz = torch.sigmoid(gi[:, : 2 * size] + gh[:, : 2 * size])  # (B, 2H)
+        r, z = rz[:, :size], rz[:, size:]
+        gh_n = gh[:, 2 * size :]
+        n = torch.tanh(gi[:, 2 * size :] + r * gh_n)  # (B, H)
+        s.update(h=h, x=x, rz=rz, n=n, gh_n=gh_n)
+        return n + z * (h - n)  # (1 - z) n + z h
+
+    def forward(self, gi_emb: Tensor, h0: Tensor, *, keep: bool) -> tuple[Tensor, ...]:
+        """gi_emb (B, T, 3H) = emb W_ie + b_ih, h0 (B, H).
+
+        Luong: h̃ (B, T, H), weights (B, T, S). Bahdanau: s (B, T, H), contexts (B, T, Dv),
+        weights (B, T, S).
+        """
+        gi_emb, h = gi_emb.float(), h0.float()
+        feed = h.new_zeros(h.shape)  # (B, H) Luong's h̃_0
+        outs, contexts, weights = [], [], []
+        for t in range(gi_emb.size(1)):
+            s: dict[str, Tensor] = {}
+            if self.w_c is not None:  # Luong
+                h = self._gru(gi_emb[:, t], h, feed, s)
+                context, alpha = self._attend(h, s)
+                u = torch.cat([context, h], dim=-1)  # (B, Dv + H)
+                feed = torch.tanh(self._mm(u, self.w_c))  # (B, H) h̃_t
+                s.update(u=u, out=feed)
+                outs.append(feed)
+            else:
+                context, alpha = self._attend(h, s)  # attends with s_{t-1}
+                h = self._gru(gi_emb[:, t], h, context, s)
+                outs.append(h)
+                contexts.append(context)
+            weights.append(alpha)
+            if keep:
+                self.saved.append(s)
+        out = torch.stack(outs, dim=1)  # (B, T, H)
+        alphas = torch.stack(weights, dim=1)  # (B, T, S)
+        if self.luong:
+            return out, alphas
+        return out, torch.stack(contexts, dim=1), alphas
+
+    def _attend_back(self, dc: Tensor, s: dict[str, Tensor], acc: dict[str, list]) -> Tensor:
+        """Gradient of the context (B, Dv) -> gradient of the query (B, H)."""
+        alpha = s["alpha"]
+        d_alpha = torch.bmm(self.values, dc.unsqueeze(2)).squeeze(2)  # (B, S)
+        ds = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))  # (B, S) softmax'
+        acc["alpha"].append(alpha)
+        acc["dc"].append(dc)
+        if self.w_q is None:
+            ds = ds * self.scale if self.scale != 1.0 else ds
+            acc["ds"].append(ds)
+            return torch.bmm(ds.unsqueeze(1), self.keys).squeeze(1)  # (B, Dp = H)
+        hid = s["hid"]  # (B, S, A)
+        assert self.v is not None
+        d_pre = _tanh_backward(ds.unsqueeze(2) * self.v, hid)  # (B, S, A)
+        d_qp = d_pre.sum(1)  # (B, A)
+        if acc["d_keys"]:
+            acc["d_keys"][0].add_(d_pre)  # (B, S, A) summed over steps
+            acc["d_v"][0].addmv_(hid.flatten(0, 1).t(), ds.flatten())  # (A,) += Σ ds·hid
+        else:
+            acc["d_keys"].append(d_pre)
+            acc["d_v"].append(hid.flatten(0, 1).t() @ ds.flatten())  # (A,)
+        acc["d_qp"].append(d_qp)
+        return self._mm(d_qp, self.w_q.t())  # (B, H)
+
+    def _gru_back(self, dh: Tensor, s: dict[str, Tensor], acc: dict[str, list]) -> tuple:
+        """Gradient of the new h (B, H) -> gradients of gi (B, 3H), h (B, H), x (B, R)."""
+        rz, n, h, gh_n = s["rz"], s["n"], s["h"], s["gh_n"]
+        size = h.size(1)
+        r, z = rz[:, :size], rz[:, size:]
+        d_n = _tanh_backward(dh * (1 - z), n)  # (B, H)
+        d_rz = _sigmoid_backward(torch.cat([d_n * gh_n, dh * (h - n)], dim=1), rz)  # (B, 2H)
+        d_gi = torch.cat([d_rz, d_n], dim=1)  # (B, 3H)
+        d_gh = torch.cat([d_rz, d_n * r], dim=1)  # (B, 3H)
+        acc["d_gi"].append(d_gi)
+        acc["d_gh"].append(d_gh)
+        d_h = dh * z + self._mm(d_gh, self.w_hh.t())  # (B, H)
+        d_x = self._mm(d_gi, self.w_ir.t())  # (B, R)
+        return d_gi, d_h, d_x
+
+    def backward(self, grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
+        steps = self.saved
+        first = steps[0]["h"]
+        B, H, T = first.size(0), first.size(1), len(steps)
+
+        def grad_of(i: int, like: Tensor) -> Tensor:
+            g = grads[i]
+            return torch.zeros_like(like) if g is None else g.float()
+
+        g_out = grad_of(0, first.new_empty(B, T, H))  # (B, T, H)
+        g_ctx = None if self.luong else grad_of(1, first.new_empty(B, T, self.values.size(2)))
+        acc: dict[str, list] = {
+            k: [] for k in ("d_gi", "d_gh", "d_c", "alpha", "dc", "ds", "d_qp", "d_keys", "d_v")
+        }
+        d_gi_all = []
+        dh = first.new_zeros(B, H)  # into h_t from step t + 1
+        d_feed = first.new_zeros(B, H)  # Luong: into h̃_t from step t + 1
+        for t in reversed(range(T)):
+            s = steps[t]
+            if self.w_c is not None:  # Luong
+                d_out = s["out"]
+                d_pre = _tanh_backward(g_out[:, t] + d_feed, d_out)  # (B, H)
+                acc["d_c"].append(d_pre)
+                du = self._mm(d_pre, self.w_c.t())  # (B, Dv + H)
+                dv = self.values.size(2)
+                dh = dh + du[:, dv:] + self._attend_back(du[:, :dv], s, acc)
+                d_gi, dh, d_feed = self._gru_back(dh, s, acc)
+            else:
+                d_gi, dh, d_x = self._gru_back(dh + g_out[:, t], s, acc)
+                assert g_ctx is not None
+                dh = dh + self._attend_back(d_x + g_ctx[:, t], s, acc)
+            d_gi_all.append(d_gi)
+        return self._weight_grads(acc, d_gi_all, dh)
+
+    def _weight_grads(self, acc: dict[str, list], d_gi_all: list[Tensor], dh0: Tensor) -> tuple:
+        """Each weight's gradient as one product over all B·T rows (steps in time order)."""
+        steps = self.saved
+
+        def rows(key: str, src: list | None = None) -> Tensor:
+            items = src if src is not None else [s[key] for s in steps]
+            return torch.cat(items, dim=0)  # (T·B, ...) in time order
+
+        def back(key: str) -> Tensor:  # collected during the backward: reversed time order
+            return torch.cat(acc[key][::-1], dim=0)
+
+        def wgrad(d: Tensor, x: Tensor) -> Tensor:  # dᵀ x, in the products' dtype
+            return (self._c(d).t() @ self._c(x)).float()
+
+        w_ir, w_hh, b_hh, w_c, w_q, b_q, v = self.params
+        d_gh = back("d_gh")  # (T·B, 3H)
+        g_w_ir = wgrad(back("d_gi"), rows("x")).to(w_ir.dtype)
+        g_w_hh = wgrad(d_gh, rows("h")).to(w_hh.dtype)
+        g_b_hh = d_gh.sum(0).to(b_hh.dtype)
+        g_w_c = None if w_c is None else wgrad(back("d_c"), rows("u")).to(w_c.dtype)
+        alpha = torch.stack(acc["alpha"][::-1], dim=1)  # (B, T, S)
+        dc = torch.stack(acc["dc"][::-1], dim=1)  # (B, T, Dv)
+        g_values = torch.bmm(alpha.transpose(1, 2), dc)  # (B, S, Dv)
+        g_w_q = g_b_q = g_v = None
+        if w_q is None:
+            ds = torch.stack(acc["ds"][::-1], dim=1)  # (B, T, S)
+            q = torch.stack([s["q"] for s in steps], dim=1)  # (B, T, H)
+            g_keys = torch.bmm(ds.transpose(1, 2), q)  # (B, S, H); the scale is in ds
+        else:
+            assert b_q is not None and v is not None
+            g_keys = acc["d_keys"][0]  # (B, S, A)
+            d_qp = back("d_qp")  # (T·B, A)
+            g_w_q = wgrad(d_qp, rows("q")).to(w_q.dtype)
+            g_b_q = d_qp.sum(0).to(b_q.dtype)
+            g_v = acc["d_v"][0].unsqueeze(0).to(v.dtype)  # (1, A)
+        g_gi = torch.stack(d_gi_all[::-1], dim=1)  # (B, T, 3H)
+        return g_gi, dh0, g_w_ir, g_w_hh, g_b_hh, g_w_c, g_w_q, g_b_q, g_v, g_keys, g_values
+
+
+def scorer_of(attention: Attention) -> Scorer | None:
+    """What `decoder_loop` needs of a scorer; None for one it does not know."""
+    if isinstance(attention, ConcatAttention):
+        return Scorer(
+            w_q=attention.query_proj.weight, b_q=attention.query_proj.bias, v=attention.v.weight
+        )
+    if isinstance(attention, ScaledDotAttention):
+        return Scorer(scale=attention.scale)
+    if isinstance(attention, (DotAttention, BilinearAttention)):
+        return Scorer()
+    return None
+
+
+def decoder_loop(
+    *,
+    luong: bool,
+    gi_emb: Tensor,
+    h0: Tensor,
+    w_ir: Tensor,
+    w_hh: Tensor,
+    b_hh: Tensor,
+    w_c: Tensor | None,
+    scorer: Scorer,
+    keys: Tensor,
+    values: Tensor,
+    mask: Tensor,
+) -> tuple[Tensor, ...]:
+    """Run a 1-layer GRU decoder over all target steps (teacher forcing).
+
+    gi_emb (B, T, 3H): the embedding's part of the input gates plus b_ih, for all steps.
+    h0 (B, H) initial state; w_ir (3H, R) the input weight's other columns; w_hh (3H, H),
+    b_hh (3H,); w_c (H, Dv + H) Luong's output layer (None for Bahdanau). keys (B, S, Dp),
+    values (B, S, Dv), mask (B, S) bool as for `Attention.forward`.
+    Returns Luong: h̃ (B, T, H), weights (B, T, S); Bahdanau: s (B, T, H), contexts
+    (B, T, Dv), weights (B, T, S).
+    """
+    args = (w_ir, w_hh, b_hh, w_c, scorer.w_q, scorer.b_q, scorer.v, keys, values, mask)
+    if not torch.is_grad_enabled():  # validation: nothing to save
+        run = _Run(luong, scorer.scale, *args)
+        return run.forward(gi_emb, h0, keep=False)
+    return _Loop.apply(luong, scorer.scale, gi_emb, h0, *args)

@@ -1,0 +1,126 @@
+"""Where a training step's time goes: real batches, the program's own update, torch.profiler.
+
+Builds the model of a config (or loads a run's checkpoint: a trained model runs differently
+from a fresh one, e.g. denormal floats), takes real length-bucketed batches of the training
+split, times `nmt.step.update` over them and prints target tokens/s, then profiles a few
+steps and prints the operators by self CPU time, grouped as in the README's profile table.
+
+    .venv/bin/python scripts/profile_step.py configs/reference_rnn.yaml \
+        --set data.dir=../shared/data/multi30k --precision fp32 [--checkpoint RUN/best.pt]
+
+Only one benchmark at a time on a small machine: two at once make both figures wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from nmt.batching import collate, epoch_rows
+from nmt.checkpoint import load_checkpoint
+from nmt.config import load_config
+from nmt.data import prepare
+from nmt.runtime import configure_device, resolve_device, resolve_precision, seed_everything
+from nmt.step import update
+from nmt.train_state import TrainState
+
+# Operator name -> the row of the README's table it is counted in.
+GROUPS = {
+    "aten::mm": "matrix products (mm, addmm, bmm)",
+    "aten::addmm": "matrix products (mm, addmm, bmm)",
+    "aten::bmm": "matrix products (mm, addmm, bmm)",
+    "aten::_log_softmax": "loss (log-softmax / cross entropy, forward + backward)",
+    "aten::_log_softmax_backward_data": "loss (log-softmax / cross entropy, forward + backward)",
+    "nmt::cross_entropy": "loss (log-softmax / cross entropy, forward + backward)",
+    "aten::add": "add / add_",
+    "aten::add_": "add / add_",
+    "aten::fill_": "fill_ (zero-fills)",
+    "aten::zero_": "fill_ (zero-fills)",
+    "aten::copy_": "copy_ (casts, copies)",
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("config")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--checkpoint", type=Path, help="a run's best.pt/last.pt: profile that model")
+    ap.add_argument("--precision", default="fp32")
+    ap.add_argument("--steps", type=int, default=30, help="timed steps")
+    ap.add_argument("--profile-steps", type=int, default=3)
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+
+    cfg = load_config(args.config, overrides=args.set)
+    device = resolve_device(cfg.train.device)
+    precision = resolve_precision(args.precision, device)
+    configure_device(device, cfg.train.threads)
+    seed_everything(cfg.train.seed)
+    prepared = prepare(cfg, log=lambda _: None)
+    ts = TrainState.build(cfg, prepared.tokenizer, device, precision, None)
+    if args.checkpoint:
+        ts.restore(load_checkpoint(args.checkpoint))
+    train = prepared.train
+    rows = epoch_rows(
+        [len(s) for s in train.src_ids], [len(t) for t in train.tgt_ids], cfg.train, epoch=0
+    )
+    batches = [
+        collate([train.src_ids[r] for r in b], [train.tgt_ids[r] for r in b], b).to(device)
+        for b in rows[: 3 + args.steps + args.profile_steps]
+    ]
+
+    def step(batch) -> None:
+        update(
+            ts.model,
+            [batch],
+            optimizer=ts.optimizer,
+            scaler=ts.scaler,
+            device=device,
+            precision=precision,
+            label_smoothing=cfg.train.label_smoothing,
+            clip_norm=cfg.train.clip_norm,
+        )
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    ts.model.train()
+    for b in batches[:3]:  # warm-up: allocator, oneDNN primitives
+        step(b)
+    rates = []
+    for b in batches[3 : 3 + args.steps]:
+        start = time.perf_counter()
+        step(b)
+        rates.append(b.n_tgt_tokens / (time.perf_counter() - start))
+    print(
+        f"{args.config} {precision}: {statistics.median(rates):,.0f} target tokens/s "
+        f"(median of {len(rates)} steps of {cfg.train.batch_size} sentences)"
+    )
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for b in batches[3 + args.steps :]:
+            step(b)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    grouped: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for e in events:
+        g = GROUPS.get(e.key, "everything else")
+        grouped[g][0] += e.self_cpu_time_total
+        grouped[g][1] += e.count
+    n = args.profile_steps
+    print(f"\nself CPU time over {n} steps ({total / 1e3 / n:.0f} ms a step):")
+    print("| operators | ms a step | calls a step | share |\n|---|---|---|---|")
+    for g, (us, count) in sorted(grouped.items(), key=lambda kv: -kv[1][0]):
+        print(f"| {g} | {us / 1e3 / n:.0f} | {count / n:.0f} | {us / total:.0%} |")
+    print()
+    print(events.table(sort_by="self_cpu_time_total", row_limit=args.top))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""The hand-written decoder loop (nmt.recurrence) gives the step-by-step path's numbers:
+outputs, attention and every gradient, for each scorer and both decoders that feed back."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_model import PAD, SCORERS, batch, make_model
+
+from nmt.model import Seq2Seq
+from nmt.runtime import autocast
+
+FED_BACK: dict[str, dict[str, Any]] = {
+    "bahdanau": {"decoder": "bahdanau"},
+    "luong_feeding": {"decoder": "luong", "input_feeding": True},
+}
+COMBOS = [
+    pytest.param({"attention": a, **FED_BACK[s]}, id=f"{a}-{s}")
+    for a, s in itertools.product(SCORERS, FED_BACK)
+]
+SHAPES = [(5, 6), (3, 4), (7, 2)]  # (source, target) lengths: padding on both sides
+
+
+def loss_and_grads(
+    model: Seq2Seq, fused: bool, precision: str = "fp32"
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    model.decoder.fused = fused
+    model.zero_grad(set_to_none=True)
+    src, lens, tgt = batch(SHAPES)
+    target = torch.roll(tgt, -1, dims=1)  # any target: only the arithmetic is compared
+    with autocast(torch.device("cpu"), precision):  # type: ignore[arg-type]
+        logits, weights = model(src, lens, tgt)
+        loss = F.cross_entropy(
+            logits.float().flatten(0, 1), target.flatten(), ignore_index=PAD, reduction="sum"
+        )
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logits.detach().float(), weights.detach(), grads
+
+
+@pytest.mark.parametrize("keys", COMBOS)
+def test_the_fused_loop_matches_the_step_by_step_path(keys: dict[str, Any]) -> None:
+    model = make_model(**keys, dropout=0.0).train()
+    want_logits, want_weights, want_grads = loss_and_grads(model, fused=False)
+    got_logits, got_weights, got_grads = loss_and_grads(model, fused=True)
+    torch.testing.assert_close(got_logits, want_logits, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_weights, want_weights, rtol=1e-5, atol=1e-6)
+    assert got_grads.keys() == want_grads.keys()
+    for name, want in want_grads.items():
+        torch.testing.assert_close(got_grads[name], want, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("decoder", FED_BACK)
+def test_the_fused_loop_under_bf16_autocast_stays_near_fp32(decoder: str) -> None:
+    model = make_model(**FED_BACK[decoder], attention="concat", dropout=0.0).train()
+    want_logits, _, want_grads = loss_and_grads(model, fused=False)
+    got_logits, _, got_grads = loss_and_grads(model, fused=True, precision="bf16")
+    torch.testing.assert_close(got_logits, want_logits, rtol=0.05, atol=0.05)
+    for name, want in want_grads.items():
+        scale = want.abs().max().clamp(min=1e-3)
+        assert (got_grads[name] - want).abs().max() <= 0.05 * scale, name
+
+
+def test_without_gradients_the_fused_loop_gives_the_same_outputs() -> None:
+    model = make_model(decoder="luong", input_feeding=True, dropout=0.0).eval()
+    src, lens, tgt = batch(SHAPES)
+    with torch.no_grad():
+        fused, _ = model(src, lens, tgt)
+        model.decoder.fused = False
+        plain, _ = model(src, lens, tgt)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_an_lstm_or_two_layers_take_the_step_by_step_path() -> None:
+    for keys in ({"cell": "lstm"}, {"dec_layers": 2}):
+        model = make_model(decoder="luong", input_feeding=True, **keys)
+        src, lens, tgt = batch(SHAPES)
+        logits, _ = model(src, lens, tgt)
+        logits.sum().backward()  # runs, with nn.LSTM / a 2-layer nn.GRU per step
+        assert model.decoder.rnn.weight_hh_l0.grad is not None
