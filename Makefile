@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 CONFIG ?= configs/multi30k_en_fr.yaml
 
-.PHONY: install test check train clean
+.PHONY: install test check train bench clean
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ check:
 
 train:
 	$(BIN)/nmt train $(CONFIG)
+
+# nmt alone: the reference model's training tokens/s (fp32, and bf16 where the hardware has
+# it; fp16 too on a GPU), greedy and beam-5 decoding of test_2016_flickr, peak memory.
+# scripts/compare_peers.py runs the same with OpenNMT-py and Joey NMT beside it.
+bench:
+	$(BIN)/python scripts/compare_peers.py --only nmt-fp32,nmt-bf16,nmt-fp16 \
+		--minutes $(or $(MINUTES),2) --out results/bench.json
 
 clean:
 	rm -rf runs .pytest_cache .mypy_cache .ruff_cache

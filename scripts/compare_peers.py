@@ -131,6 +131,18 @@ def median_after_first(windows: list[float]) -> float:
     return statistics.median(rest) if rest else 0.0
 
 
+def train_peer(
+    name: str, tag: str, cmd: list[str], pattern: re.Pattern, env: dict, args: argparse.Namespace
+) -> Result:
+    """Train a peer for --minutes; its speed read from its log (`pattern`: step, tokens/s)."""
+    log = args.work / f"{tag}.train.log"
+    rss = run(cmd, log=log, env=env, minutes=args.minutes)
+    found = [(int(m.group(1)), float(m.group(2))) for m in pattern.finditer(log.read_text())]
+    windows = [tok for _, tok in found]
+    steps = found[-1][0] if found else 0
+    return Result(name, median_after_first(windows), windows, rss / 2**30, steps)
+
+
 # --- data -----------------------------------------------------------------------------
 
 
@@ -185,7 +197,7 @@ NMT_DECODE = """
 import json, sys, time
 from nmt.translate import Translator
 model, src, out, beam, precision = sys.argv[1:6]
-tr = Translator.from_checkpoint(model, precision=precision)
+tr = Translator.from_checkpoint(model, "auto", precision=precision)
 lines = open(src, encoding="utf-8").read().splitlines()
 start = time.perf_counter()
 hyps = tr.translate(lines, beam=int(beam), batch_size=64)
@@ -223,7 +235,8 @@ def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Nam
 
 # --- OpenNMT-py -----------------------------------------------------------------------
 
-ONMT_STEP = re.compile(r"Step (\d+)/.*?([\d.]+)/\s*([\d.]+) tok/s")
+# Each log line's step and target tokens/s (OpenNMT-py logs "src/tgt tok/s").
+ONMT_STEP = re.compile(r"Step (\d+)/.*?[\d.]+/\s*([\d.]+) tok/s")
 
 
 def onmt(args: argparse.Namespace, pieces: Path, spm_model: Path) -> Result:
@@ -291,22 +304,8 @@ def onmt(args: argparse.Namespace, pieces: Path, spm_model: Path) -> Result:
     cfg_path.write_text(json.dumps(config, indent=1))  # JSON is YAML
     sh([str(bin_dir / "onmt_build_vocab"), "-config", str(cfg_path), "-n_sample", "-1"])
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    rss = run(
-        [str(bin_dir / "onmt_train"), "-config", str(cfg_path)],
-        log=args.work / "opennmt-py.train.log",
-        env=env,
-        minutes=args.minutes,
-    )
-    text = (args.work / "opennmt-py.train.log").read_text(errors="replace")
-    steps = [(int(m.group(1)), float(m.group(3))) for m in ONMT_STEP.finditer(text)]
-    windows = [tok for _, tok in steps]
-    result = Result(
-        "OpenNMT-py 3.5.1",
-        median_after_first(windows),
-        windows,
-        rss / 2**30,
-        steps[-1][0] if steps else 0,
-    )
+    cmd = [str(bin_dir / "onmt_train"), "-config", str(cfg_path)]
+    result = train_peer("OpenNMT-py 3.5.1", "opennmt-py", cmd, ONMT_STEP, env, args)
     checkpoints = sorted(home.glob("model_step_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
     if not checkpoints:
         result.note = "no checkpoint written"
@@ -446,22 +445,8 @@ def joey(args: argparse.Namespace, spm_model: Path) -> Result:
     cfg_path = home / "config.yaml"
     cfg_path.write_text(json.dumps(config, indent=1))
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    rss = run(
-        [str(python), "-m", "joeynmt", "train", str(cfg_path)],
-        log=args.work / "joeynmt.train.log",
-        env=env,
-        minutes=args.minutes,
-    )
-    text = (args.work / "joeynmt.train.log").read_text(errors="replace")
-    steps = [(int(m.group(1)), float(m.group(2))) for m in JOEY_STEP.finditer(text)]
-    windows = [tok for _, tok in steps]
-    result = Result(
-        "Joey NMT 2.3.0",
-        median_after_first(windows),
-        windows,
-        rss / 2**30,
-        steps[-1][0] if steps else 0,
-    )
+    cmd = [str(python), "-m", "joeynmt", "train", str(cfg_path)]
+    result = train_peer("Joey NMT 2.3.0", "joeynmt", cmd, JOEY_STEP, env, args)
     checkpoints = sorted((home / "model").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not checkpoints:
         result.note = "no checkpoint written"
@@ -541,8 +526,8 @@ def main() -> None:
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument(
         "--only",
-        default="nmt-fp32,nmt-bf16,opennmt-py,joeynmt",
-        help="comma-separated: nmt-fp32, nmt-bf16, opennmt-py, joeynmt",
+        default="nmt-fp32,nmt-bf16,nmt-fp16,opennmt-py,joeynmt",
+        help="comma-separated: nmt-fp32, nmt-bf16, nmt-fp16 (GPU), opennmt-py, joeynmt",
     )
     args = ap.parse_args()
     args.data, args.work = args.data.resolve(), args.work.resolve()
@@ -576,11 +561,12 @@ def main() -> None:
     encode_pieces(spm_model, args.data, pieces)
 
     results: list[Result] = []
-    for precision in ("fp32", "bf16"):
+    gpu = torch.cuda.is_available()  # nmt trains and decodes there (device auto)
+    for precision in ("fp32", "bf16", "fp16") if gpu else ("fp32", "bf16"):
         name = f"nmt-{precision}"
         if name not in only:
             continue
-        if precision == "bf16" and not cpu_has_bf16_matmul():
+        if precision == "bf16" and not gpu and not cpu_has_bf16_matmul():
             print(
                 "nmt bf16: skipped: this CPU has no bf16 matrix units (AVX512-BF16 or AMX), "
                 "so bf16 products are emulated, 1-2 GFLOP/s against fp32's ~100"

@@ -55,6 +55,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30, help="timed steps")
     ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument(
+        "--step-by-step",
+        action="store_true",
+        help="decoder loop through autograd, a step at a time (the path before nmt.recurrence)",
+    )
     args = ap.parse_args()
 
     cfg = load_config(args.config, overrides=args.set)
@@ -66,6 +71,7 @@ def main() -> None:
     ts = TrainState.build(cfg, prepared.tokenizer, device, precision, None)
     if args.checkpoint:
         ts.restore(load_checkpoint(args.checkpoint))
+    ts.model.decoder.fused = not args.step_by_step
     train = prepared.train
     rows = epoch_rows(
         [len(s) for s in train.src_ids], [len(t) for t in train.tgt_ids], cfg.train, epoch=0
@@ -98,7 +104,8 @@ def main() -> None:
         step(b)
         rates.append(b.n_tgt_tokens / (time.perf_counter() - start))
     print(
-        f"{args.config} {precision}: {statistics.median(rates):,.0f} target tokens/s "
+        f"{args.config} {precision}{' step by step' if args.step_by_step else ''}: "
+        f"{statistics.median(rates):,.0f} target tokens/s "
         f"(median of {len(rates)} steps of {cfg.train.batch_size} sentences)"
     )
 
