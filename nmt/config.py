@@ -120,6 +120,10 @@ class ModelConfig:
     # dec_hidden = 2 enc_hidden); none: zeros.
     bridge: Literal["none", "linear", "copy"] = "linear"
     dropout: float = _opt(0.3, min=0.0, max=0.95)
+    # default: PyTorch's per-layer initialisation (embeddings N(0, 1/E)); uniform: every
+    # weight from U(-init_range, init_range), OpenNMT-py's `param_init` (its default 0.1).
+    init: Literal["default", "uniform"] = "default"
+    init_range: float = _opt(0.1, above=0.0, help="uniform init's bound")
     tie_embeddings: bool = True  # decoder input embedding = output layer weight
     share_embeddings: bool = False  # source embedding = target embedding (joint vocab only)
 

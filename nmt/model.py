@@ -529,7 +529,7 @@ def build_model(
         dropout=cfg.dropout,
         tie_to=tgt_embed if cfg.tie_embeddings else None,
     )
-    return Seq2Seq(
+    model = Seq2Seq(
         src_embed=src_embed,
         tgt_embed=tgt_embed,
         encoder=encoder,
@@ -539,3 +539,10 @@ def build_model(
         dropout=cfg.dropout,
         pad_id=pad_id,
     )
+    if cfg.init == "uniform":
+        with torch.no_grad():
+            for p in model.parameters():
+                p.uniform_(-cfg.init_range, cfg.init_range)
+            for emb in {src_embed, tgt_embed}:
+                emb.weight[pad_id].zero_()  # padding stays a zero vector
+    return model

@@ -241,3 +241,12 @@ def test_tiny_model_overfits_32_sentence_pairs(style: str) -> None:
         loss.backward()
         optimizer.step()
     assert loss.item() < 0.01
+
+
+def test_uniform_init_draws_every_weight_within_the_range_and_keeps_padding_zero() -> None:
+    model = make_model(init="uniform", init_range=0.05)
+    for name, p in model.named_parameters():
+        assert p.abs().max() <= 0.05, name
+        if p.numel() >= 100:  # drawn over the whole range, not left at the default
+            assert p.abs().max() > 0.045, name
+    assert not model.tgt_embed.weight[PAD].any() and not model.src_embed.weight[PAD].any()
