@@ -106,7 +106,6 @@ def _fused_loop(
     w_ih, w_hh, b_ih, b_hh = rnn.all_weights[0]  # w_ih (3Hd, E + R): the embedding's first
     gi_emb = nn.functional.linear(emb, w_ih[:, :size], b_ih)  # (B, T, 3Hd)
     return decoder_loop(
-        luong=isinstance(decoder, LuongDecoder),
         gi_emb=gi_emb,
         h0=state.hidden[0],
         w_ir=w_ih[:, size:],
@@ -159,7 +158,8 @@ class Encoder(nn.Module):
 
 class Bridge(nn.Module):
     """Initial decoder state from the encoder's final states, per layer: tanh(W [h_fwd; h_bwd])
-    (`linear`) or [h_fwd; h_bwd] itself (`copy`, OpenNMT-py's default: needs Hd = 2He).
+    (`linear`) or [h_fwd; h_bwd] itself (`copy`, OpenNMT-py's default: needs Hd = 2He, which
+    the config checks).
 
     Encoder layer i starts decoder layer i when the layer counts match; otherwise the top
     encoder layer starts every decoder layer. One W serves all layers; an LSTM's cell state
@@ -177,11 +177,6 @@ class Bridge(nn.Module):
         copy: bool = False,
     ) -> None:
         super().__init__()
-        if copy and enc_size != dec_hidden:
-            raise ValueError(
-                f"model.bridge: copy needs dec_hidden = 2 x enc_hidden ({enc_size}), "
-                f"got {dec_hidden}; use linear"
-            )
         self.dec_layers = dec_layers
         self.layerwise = enc_layers == dec_layers
         self.hidden = None if copy else nn.Linear(enc_size, dec_hidden)

@@ -53,28 +53,17 @@ class Scorer:
 
 
 class _Loop(torch.autograd.Function):
+    """`decoder_loop` with gradients: the forward keeps a `_Run`, the backward consumes it."""
+
     @staticmethod
     def forward(
-        ctx: Any,
-        luong: bool,
-        scale: float,
-        gi_emb: Tensor,
-        h0: Tensor,
-        w_ir: Tensor,
-        w_hh: Tensor,
-        b_hh: Tensor,
-        w_c: Tensor | None,
-        w_q: Tensor | None,
-        b_q: Tensor | None,
-        v: Tensor | None,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor,
+        ctx: Any, scale: float, gi_emb: Tensor, h0: Tensor, *params: Any
     ) -> tuple[Tensor, ...]:
-        run = _Run(luong, scale, w_ir, w_hh, b_hh, w_c, w_q, b_q, v, keys, values, mask)
+        # params: w_ir, w_hh, b_hh, w_c, w_q, b_q, v, keys, values, mask (as in `_Run`)
+        run = _Run(scale, *params)
         outs = run.forward(gi_emb, h0, keep=True)
         ctx.run = run
-        ctx.dtypes = (gi_emb.dtype, h0.dtype, keys.dtype, values.dtype)
+        ctx.dtypes = (gi_emb.dtype, h0.dtype, run.keys_in.dtype, run.values_in.dtype)
         ctx.mark_non_differentiable(outs[-1])
         return outs
 
@@ -87,7 +76,6 @@ class _Loop(torch.autograd.Function):
         )
         dt_gi, dt_h0, dt_k, dt_v = ctx.dtypes
         return (
-            None,
             None,
             g_gi.to(dt_gi),
             g_h0.to(dt_h0),
@@ -105,11 +93,11 @@ class _Loop(torch.autograd.Function):
 
 
 class _Run:
-    """One batch's pass: the forward's saved steps and the backward that consumes them."""
+    """One batch's pass: the forward's saved steps and the backward that consumes them.
+    Luong's when `w_c` (its output layer) is given, Bahdanau's otherwise."""
 
     def __init__(
         self,
-        luong: bool,
         scale: float,
         w_ir: Tensor,
         w_hh: Tensor,
@@ -125,7 +113,7 @@ class _Run:
         dev = keys.device.type
         # Autocast's dtype for products, cast here once; float32 everywhere else.
         self.cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
-        self.luong, self.scale, self.mask = luong, scale, mask
+        self.scale, self.mask = scale, mask
         self.params = (w_ir, w_hh, b_hh, w_c, w_q, b_q, v)
         self.w_ir, self.w_hh = self._c(w_ir), self._c(w_hh)
         self.w_c = None if w_c is None else self._c(w_c)
@@ -133,6 +121,7 @@ class _Run:
         self.b_hh = self._c(b_hh)
         self.b_q = None if b_q is None else self._c(b_q)
         self.v = None if v is None else v.float().squeeze(0)  # (A,)
+        self.keys_in, self.values_in = keys, values
         self.keys, self.values = keys.float(), values.float()  # (B, S, Dp), (B, S, Dv)
         self.keys_c, self.values_c = self._c(keys), self._c(values)
         self.saved: list[dict[str, Tensor]] = []
@@ -201,7 +190,7 @@ class _Run:
                 self.saved.append(s)
         out = torch.stack(outs, dim=1)  # (B, T, H)
         alphas = torch.stack(weights, dim=1)  # (B, T, S)
-        if self.luong:
+        if self.w_c is not None:  # Luong
             return out, alphas
         return out, torch.stack(contexts, dim=1), alphas
 
@@ -210,7 +199,6 @@ class _Run:
         alpha = s["alpha"]
         d_alpha = torch.bmm(self.values, dc.unsqueeze(2)).squeeze(2)  # (B, S)
         ds = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))  # (B, S) softmax'
-        acc["alpha"].append(alpha)
         acc["dc"].append(dc)
         if self.w_q is None:
             ds = ds * self.scale if self.scale != 1.0 else ds
@@ -249,14 +237,14 @@ class _Run:
         first = steps[0]["h"]
         B, H, T = first.size(0), first.size(1), len(steps)
 
-        def grad_of(i: int, like: Tensor) -> Tensor:
+        def grad_of(i: int, size: int) -> Tensor:  # (B, T, size): an unused output gets none
             g = grads[i]
-            return torch.zeros_like(like) if g is None else g.float()
+            return first.new_zeros(B, T, size) if g is None else g.float()
 
-        g_out = grad_of(0, first.new_empty(B, T, H))  # (B, T, H)
-        g_ctx = None if self.luong else grad_of(1, first.new_empty(B, T, self.values.size(2)))
+        g_out = grad_of(0, H)  # (B, T, H)
+        g_ctx = None if self.w_c is not None else grad_of(1, self.values.size(2))  # (B, T, Dv)
         acc: dict[str, list] = {
-            k: [] for k in ("d_gi", "d_gh", "d_c", "alpha", "dc", "ds", "d_qp", "d_keys", "d_v")
+            k: [] for k in ("d_gi", "d_gh", "d_c", "dc", "ds", "d_qp", "d_keys", "d_v")
         }
         d_gi_all = []
         dh = first.new_zeros(B, H)  # into h_t from step t + 1
@@ -298,7 +286,7 @@ class _Run:
         g_w_hh = wgrad(d_gh, rows("h")).to(w_hh.dtype)
         g_b_hh = d_gh.sum(0).to(b_hh.dtype)
         g_w_c = None if w_c is None else wgrad(back("d_c"), rows("u")).to(w_c.dtype)
-        alpha = torch.stack(acc["alpha"][::-1], dim=1)  # (B, T, S)
+        alpha = torch.stack([s["alpha"] for s in steps], dim=1)  # (B, T, S)
         dc = torch.stack(acc["dc"][::-1], dim=1)  # (B, T, Dv)
         g_values = torch.bmm(alpha.transpose(1, 2), dc)  # (B, S, Dv)
         g_w_q = g_b_q = g_v = None
@@ -332,7 +320,6 @@ def scorer_of(attention: Attention) -> Scorer | None:
 
 def decoder_loop(
     *,
-    luong: bool,
     gi_emb: Tensor,
     h0: Tensor,
     w_ir: Tensor,
@@ -348,13 +335,13 @@ def decoder_loop(
 
     gi_emb (B, T, 3H): the embedding's part of the input gates plus b_ih, for all steps.
     h0 (B, H) initial state; w_ir (3H, R) the input weight's other columns; w_hh (3H, H),
-    b_hh (3H,); w_c (H, Dv + H) Luong's output layer (None for Bahdanau). keys (B, S, Dp),
+    b_hh (3H,); w_c (H, Dv + H) Luong's output layer, None for a Bahdanau decoder. keys (B, S, Dp),
     values (B, S, Dv), mask (B, S) bool as for `Attention.forward`.
     Returns Luong: h̃ (B, T, H), weights (B, T, S); Bahdanau: s (B, T, H), contexts
     (B, T, Dv), weights (B, T, S).
     """
     args = (w_ir, w_hh, b_hh, w_c, scorer.w_q, scorer.b_q, scorer.v, keys, values, mask)
     if not torch.is_grad_enabled():  # validation: nothing to save
-        run = _Run(luong, scorer.scale, *args)
+        run = _Run(scorer.scale, *args)
         return run.forward(gi_emb, h0, keep=False)
-    return _Loop.apply(luong, scorer.scale, gi_emb, h0, *args)
+    return _Loop.apply(scorer.scale, gi_emb, h0, *args)

@@ -38,10 +38,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import sacrebleu
 import sentencepiece as spm
 import torch
 
+from nmt import evaluate
 from nmt.runtime import cpu_has_bf16_matmul
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,8 +160,9 @@ def encode_pieces(model: Path, data: Path, out: Path) -> None:
 
 
 def bleu(hyps: list[str], data: Path) -> float:
+    """sacreBLEU's default BLEU, as `nmt eval --bleu` computes it."""
     refs = (data / f"{TEST}.fr").read_text(encoding="utf-8").splitlines()
-    return sacrebleu.corpus_bleu(hyps, [refs]).score
+    return evaluate.bleu(hyps, refs).score
 
 
 def depiece(path: Path, model: Path) -> list[str]:
