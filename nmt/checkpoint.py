@@ -31,10 +31,15 @@ FORMAT_VERSION = 1
 LATEST_LINK = Path("runs") / "latest"
 # Files a finished or interrupted run leaves; their presence means "this run exists".
 RUN_MARKERS = ("last.pt", "best.pt", "metrics.jsonl")
+# The mean of the last checkpoints (`train.average_last`, or `nmt average -o` this name);
+# a run directory translates with it first, then best.pt, then last.pt.
+AVERAGED_NAME = "averaged.pt"
+INFERENCE_ORDER = (AVERAGED_NAME, "best.pt", "last.pt")
 # Everything nmt writes in a run directory, by name pattern; `--overwrite` deletes these and
 # refuses a directory holding anything else. Folders list the patterns of their own entries.
 RUN_FILES = (
     *RUN_MARKERS,
+    AVERAGED_NAME,
     "config.yaml",
     *TOKENIZER_FILES,
     "step-*.pt",
@@ -119,8 +124,9 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
 
 
 def resolve_checkpoint(model: str | Path | None) -> Path:
-    """Find the checkpoint a user means: a file, a run directory (its best, else last), or
-    with nothing given the most recently trained run (`runs/latest`)."""
+    """Find the checkpoint a user means: a file, a run directory (its averaged, else best,
+    else last checkpoint: INFERENCE_ORDER), or with nothing given the most recently trained
+    run (`runs/latest`)."""
     if model is None:
         if not LATEST_LINK.exists():
             raise CheckpointError(
@@ -130,10 +136,12 @@ def resolve_checkpoint(model: str | Path | None) -> Path:
         model = LATEST_LINK
     path = Path(model)
     if path.is_dir():
-        for name in ("best.pt", "last.pt"):
+        for name in INFERENCE_ORDER:
             if (path / name).is_file():
                 return path / name
-        raise CheckpointError(f"{path}: run directory holds no best.pt or last.pt checkpoint")
+        raise CheckpointError(
+            f"{path}: run directory holds no {', '.join(INFERENCE_ORDER)} checkpoint"
+        )
     if not path.exists():
         raise CheckpointError(f"{path}: no such run directory or checkpoint file")
     return path

@@ -299,6 +299,56 @@ def translate(
                     typer.echo(f"attention plot: {path}", err=True)
 
 
+@app.command()
+def average(
+    checkpoints: Annotated[
+        list[Path],
+        typer.Argument(
+            help="A run directory (with --last N), or the checkpoint files to average.",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The averaged checkpoint to write (.pt).")
+    ],
+    last: Annotated[
+        int | None,
+        typer.Option("--last", help="Average the run directory's last N step checkpoints."),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace OUTPUT if it exists.")
+    ] = False,
+) -> None:
+    """Average the weights of checkpoints of one run into a checkpoint that translate and
+    eval load like any other.
+
+    Example: nmt average runs/multi30k_en_fr --last 3 -o runs/multi30k_en_fr/averaged.pt
+    A run directory holding averaged.pt translates with it first.
+    """
+    with user_errors():
+        from nmt.average import last_checkpoints, write_average
+        from nmt.files import check_writable
+
+        if last is not None:
+            if len(checkpoints) != 1 or not checkpoints[0].is_dir():
+                raise NmtError("--last N goes with one run directory: nmt average RUN_DIR --last N")
+            paths = last_checkpoints(checkpoints[0], last)
+        else:
+            dirs = [p for p in checkpoints if p.is_dir()]
+            if dirs:
+                raise NmtError(f"{dirs[0]}: a run directory; add --last N, or name checkpoints")
+            paths = list(checkpoints)
+        if output.suffix != ".pt":
+            raise NmtError(f"--output {output}: expected a file name ending .pt")
+        if output.exists() and not overwrite:
+            raise NmtError(f"--output {output}: exists; add --overwrite to replace it")
+        if output.resolve() in {p.resolve() for p in paths}:
+            raise NmtError(f"--output {output}: is one of the checkpoints being averaged")
+        check_writable(output, "--output")
+        write_average(paths, output)
+        typer.echo(f"{output}: the mean of {len(paths)} checkpoints ({', '.join(map(str, paths))})")
+
+
 @app.command("eval")
 def eval_(
     model: ModelOpt = None,

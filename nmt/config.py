@@ -158,6 +158,9 @@ class TrainConfig:
     patience: int = _opt(0, min=0, help="early stopping after N validations without gain; 0 = off")
     log_every: int = _opt(50, min=1)
     keep_last: int = _opt(3, min=1)
+    average_last: int = _opt(
+        0, min=0, help="at the end, average the last N step checkpoints into averaged.pt; 0 = off"
+    )
     max_bad_steps: int = _opt(
         100, min=1, help="stop after N updates in a row skipped for inf/NaN gradients"
     )
@@ -361,6 +364,11 @@ def _cross_checks(cfg: Config) -> list[str]:
         problems.append(
             f"model.bridge: copy needs dec_hidden = 2 x enc_hidden ({2 * m.enc_hidden}), "
             f"got {m.dec_hidden}; use linear"
+        )
+    if cfg.train.average_last > cfg.train.keep_last:
+        problems.append(
+            f"train.average_last: {cfg.train.average_last} checkpoints to average, but only "
+            f"train.keep_last = {cfg.train.keep_last} are kept; raise keep_last"
         )
     if d.format == "hub" and not d.hub_name:
         problems.append("data.hub_name: required when data.format is 'hub'")

@@ -82,7 +82,7 @@ class Reporter:
         if self.writer is not None:
             for key, value in row.items():
                 if key not in ("step", "epoch") and isinstance(value, (int, float)):
-                    group = "valid" if key.startswith("val_") else "train"
+                    group = "valid" if key.startswith(("val_", "avg_val_")) else "train"
                     self.writer.add_scalar(f"{group}/{key}", value, row["step"])
         parts = [f"{k}={_fmt(v)}" for k, v in row.items() if k not in ("step", "epoch")]
         line = " ".join(parts)

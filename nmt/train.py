@@ -23,8 +23,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from nmt.average import step_checkpoints, write_average
 from nmt.batching import collate, epoch_rows
-from nmt.checkpoint import RunFiles, load_checkpoint, point_latest_at, save_checkpoint
+from nmt.checkpoint import (
+    AVERAGED_NAME,
+    RunFiles,
+    load_checkpoint,
+    point_latest_at,
+    save_checkpoint,
+)
 from nmt.config import Config, TrainConfig
 from nmt.data import Prepared, prepare
 from nmt.errors import NmtError
@@ -292,6 +299,8 @@ def _fit(
             log(f"{run.dir}: already finished ({stopped_by} at step {pos.step}); nothing to do")
         elif validated_at != pos.step:  # stopped before its first update
             _validate_and_save(ts, prepared, run, reporter, stats, ctx, pos.epoch)
+        if tc.average_last and ctx.is_main:
+            _average_last(ts, prepared, run, reporter, log)
     finally:
         reporter.close()
     if ctx.is_main:
@@ -336,6 +345,26 @@ def _validate_and_save(
         count = torch.tensor([pos.bad_validations], device=ts.device)
         dist.broadcast(count, src=0)
         pos.bad_validations = int(count.item())
+
+
+def _average_last(
+    ts: TrainState, prepared: Prepared, run: RunFiles, reporter: Reporter, log: Log
+) -> None:
+    """Write averaged.pt, the mean of the last `train.average_last` step checkpoints, and
+    validate it beside the best single checkpoint. Training is over: the model is reused."""
+    paths = step_checkpoints(run.dir)[-ts.cfg.train.average_last :]
+    averaged = write_average(paths, run.dir / AVERAGED_NAME)
+    ts.model.load_state_dict(averaged["model"])
+    scores = validate(ts.model, prepared, ts.cfg, ts.device, ts.precision)
+    averaged_scores = {f"avg_{k}": v for k, v in scores.items()}
+    reporter.record(
+        {"step": ts.pos.step, "epoch": ts.pos.epoch, "averaged": len(paths), **averaged_scores}
+    )
+    steps = ", ".join(p.stem.split("-")[1] for p in paths)
+    log(
+        f"{run.dir / AVERAGED_NAME}: the mean of steps {steps}: val BLEU "
+        f"{scores['val_bleu']:.2f}, loss {scores['val_loss']:.3f} (translating uses it first)"
+    )
 
 
 # --------------------------------------------------------------------------- measuring
