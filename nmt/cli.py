@@ -153,11 +153,12 @@ def train(
 # --------------------------------------------------------------------------- translate, eval
 
 ModelOpt = Annotated[
-    str | None,
+    list[str] | None,
     typer.Option(
         "--model",
         "-m",
-        help="Run directory or checkpoint file. Default: the latest trained run (runs/latest).",
+        help="Run directory or checkpoint file. Default: the latest trained run (runs/latest). "
+        "Repeat for an ensemble (log-probabilities averaged per step; one tokenizer).",
         metavar="RUN_DIR_OR_CHECKPOINT",
     ),
 ]
@@ -270,7 +271,9 @@ def translate(
             if input_ is None and sys.stdin.isatty():
                 typer.echo("reading sentences from stdin, one a line (Ctrl-D ends)", err=True)
             lines = read_lines(input_)
-        translator = Translator.from_checkpoint(model, device, precision=precision, log=_warn)
+        translator = Translator.from_checkpoint(
+            model or None, device, precision=precision, log=_warn
+        )
         out = translator.translate(
             lines,
             beam=beam,
@@ -422,7 +425,9 @@ def eval_(
                     f"--src {src} has {len(given[0][1])} lines but --ref {ref} has "
                     f"{len(given[0][2])}: they must be aligned line by line"
                 )
-        translator = Translator.from_checkpoint(model, device, precision=precision, log=_warn)
+        translator = Translator.from_checkpoint(
+            model or None, device, precision=precision, log=_warn
+        )
         if given:
             sets = given
         else:

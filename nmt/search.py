@@ -30,17 +30,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor
 
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-if TYPE_CHECKING:
-    from nmt.model import Seq2Seq
-
 LengthPenalty = Literal["none", "average", "gnmt"]
+
+
+class Decodable(Protocol):
+    """What the searches use of a model (`nmt.model.Seq2Seq`, `nmt.ensemble.Ensemble`, the
+    tests' tables): `encode` and `init_state` return objects with `select(index)`."""
+
+    def encode(self, src: Tensor, src_lens: Tensor) -> Any: ...
+
+    def init_state(self, enc: Any) -> Any: ...
+
+    def step(self, prev: Tensor, state: Any, enc: Any) -> tuple[Tensor, Any, Tensor]: ...
 
 
 @dataclass
@@ -162,7 +170,7 @@ def _collect(
 
 
 def greedy(
-    model: Seq2Seq,
+    model: Decodable,
     src: Tensor,
     src_lens: Tensor,
     *,
@@ -226,7 +234,7 @@ def greedy(
 
 
 def beam_search(
-    model: Seq2Seq,
+    model: Decodable,
     src: Tensor,
     src_lens: Tensor,
     *,

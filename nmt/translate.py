@@ -23,12 +23,12 @@ from nmt import runtime
 from nmt.batching import collate
 from nmt.checkpoint import load_for_inference
 from nmt.config import Config
+from nmt.ensemble import Ensemble, check_compatible
 from nmt.errors import NmtError
 from nmt.runtime import Precision, autocast
-from nmt.search import Hypothesis, beam_search, greedy, normalise
+from nmt.search import Decodable, Hypothesis, beam_search, greedy, normalise
 
 if TYPE_CHECKING:
-    from nmt.model import Seq2Seq
     from nmt.tokenizer import Tokenizer
 
 EOS_PIECE = "</s>"
@@ -64,7 +64,7 @@ class Translator:
     def __init__(
         self,
         *,
-        model: Seq2Seq,
+        model: Decodable,
         tokenizer: Tokenizer,
         config: Config,
         device: torch.device,
@@ -83,14 +83,16 @@ class Translator:
     @classmethod
     def from_checkpoint(
         cls,
-        path_or_run_dir: str | Path | None = None,
+        path_or_run_dir: str | Path | Sequence[str | Path] | None = None,
         device: str = "cpu",
         *,
         precision: str = "fp32",
         log: Callable[[str], None] = _warn,
     ) -> Translator:
-        """Load a checkpoint file, a run directory (its best, else last checkpoint), or with
-        nothing given the most recently trained run (`runs/latest`).
+        """Load a checkpoint file, a run directory (averaged.pt, else best.pt, else last.pt),
+        or with nothing given the most recently trained run (`runs/latest`). A list of
+        several is an ensemble (`nmt.ensemble`): they must share the tokenizer; the decoding
+        settings and length limits are the first one's.
 
         `precision` bf16 runs the model under autocast (scores differ slightly). `log` receives
         warnings (long inputs cut); by default they are Python warnings.
@@ -98,14 +100,24 @@ class Translator:
         dev = runtime.resolve_device(device, setting="--device")
         prec = runtime.resolve_precision(precision, dev, setting="--precision")
         runtime.configure_device(dev)  # TF32 as in training, so that scores agree
-        loaded = load_for_inference(path_or_run_dir, dev)
+        paths: list[str | Path | None]
+        if isinstance(path_or_run_dir, (str, Path)) or path_or_run_dir is None:
+            paths = [path_or_run_dir]
+        else:
+            paths = list(path_or_run_dir) or [None]
+        loaded = [load_for_inference(p, dev) for p in paths]
+        first = loaded[0]
+        model: Decodable = first.model
+        if len(loaded) > 1:
+            check_compatible([x.tokenizer for x in loaded], [x.path for x in loaded])
+            model = Ensemble([x.model for x in loaded])
         return cls(
-            model=loaded.model,
-            tokenizer=loaded.tokenizer,
-            config=loaded.config,
+            model=model,
+            tokenizer=first.tokenizer,
+            config=first.config,
             device=dev,
             precision=prec,
-            path=loaded.path,
+            path=first.path,
             log=log,
         )
 
