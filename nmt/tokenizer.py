@@ -24,6 +24,7 @@ from nmt.errors import NmtError
 from nmt.files import atomic_write
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+EOS_PIECE = "</s>"  # how EOS is shown beside the pieces (attention labels)
 SPECIAL_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))  # never part of a decoded sentence
 
 JOINT_FILE = "spm.model"

@@ -382,7 +382,7 @@ class Stats:
         self.most_skips = zero.clone()  # longest such run since the last read
         self.tokens = 0
         self.updates = 0
-        self.started = time.perf_counter()
+        self.started = self.began = time.perf_counter()
 
     def add(self, loss: torch.Tensor, grad_norm: torch.Tensor, tokens: int) -> None:
         # A non-finite norm is exactly an update the GradScaler skipped.
@@ -399,8 +399,15 @@ class Stats:
 def _flush(stats: Stats, pos: Position, epoch: int, lr: float) -> dict[str, Any]:
     """Read the device-side sums (the one sync) into a metrics row and reset them; `epoch`
     is the one the last update's batches came from."""
-    elapsed = time.perf_counter() - stats.started
-    row: dict[str, Any] = {"step": pos.step, "epoch": epoch, "lr": lr}
+    now = time.perf_counter()
+    elapsed = now - stats.started
+    # minutes: wall time since this process began training (learning curves against time)
+    row: dict[str, Any] = {
+        "step": pos.step,
+        "epoch": epoch,
+        "lr": lr,
+        "minutes": (now - stats.began) / 60,
+    }
     if stats.updates:  # none when a resumed run validates before its first update
         row["loss"] = stats.loss.item() / max(stats.tokens, 1)
         row["tokens_per_s"] = stats.tokens / elapsed if elapsed > 0 else 0.0

@@ -27,11 +27,10 @@ from nmt.ensemble import Ensemble, check_compatible
 from nmt.errors import NmtError
 from nmt.runtime import Precision, autocast
 from nmt.search import Decodable, Hypothesis, beam_search, greedy, normalise
+from nmt.tokenizer import EOS_PIECE
 
 if TYPE_CHECKING:
     from nmt.tokenizer import Tokenizer
-
-EOS_PIECE = "</s>"
 
 
 def _warn(message: str) -> None:

@@ -61,7 +61,7 @@ def test_fp32_run_writes_metrics_checkpoints_and_latest(tmp_path):
     rows = metrics(cfg)
     assert [r["step"] for r in rows] == list(range(1, 7))  # the last one with validation
     for row in rows:
-        assert {"step", "epoch", "loss", "lr", "tokens_per_s", "grad_norm"} <= row.keys()
+        assert {"step", "epoch", "minutes", "loss", "lr", "tokens_per_s", "grad_norm"} <= row.keys()
         assert math.isfinite(row["loss"]) and row["tokens_per_s"] > 0
     assert "val_bleu" in rows[-1] and "val_loss" in rows[-1]
     for name in ("last.pt", "best.pt", "step-6.pt", "config.yaml"):

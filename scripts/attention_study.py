@@ -1,0 +1,314 @@
+"""The attention study: the four scoring functions (dot, scaled dot, bilinear, concat) under
+the Bahdanau decoder and the Luong decoder with and without input feeding, everything else
+as configs/multi30k_en_fr.yaml says, the same number of updates, data and seeds.
+
+    .venv/bin/python scripts/attention_study.py --steps 400 --seeds 1
+    .venv/bin/python scripts/attention_study.py --steps 400 --seeds 1 2   # adds seed 2
+
+Resumable: a finished cell (its JSON in WORK/cells/) is not run again, so a second call
+with more seeds trains only the new cells. Per cell:
+- training: `nmt train` with the cell's settings for --steps updates (validation at the
+  end only), its median training tokens/s;
+- validation BLEU (greedy, as in training) of the final model; test_2016_flickr BLEU
+  (beam 5, cased sacreBLEU) and decoding speed (sentences/s, beam 5);
+- the attention over the reference translations of the test set (teacher forcing): mean
+  entropy, mean share of the most-attended source token, and how well its strongest source
+  word per target word agrees with eflomal (a statistical word aligner, run once on the
+  training corpus plus the test set): precision, recall and AER at word level, with
+  eflomal's intersection of both directions as sure links and their union as possible.
+Then one table (markdown, also in --out as JSON) and one figure (--figure): the attention of
+the same test sentence under every cell of seed 1, side by side.
+
+eflomal is not one of nmt's dependencies: `pip install eflomal` (builds with gcc).
+Run nothing else meanwhile: the speeds are wall-clock measurements on a shared CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nmt.alignment import (  # noqa: E402
+    alignment_scores,
+    parse_links,
+    sharpness,
+    strongest_links,
+    word_attention,
+)
+from nmt.batching import collate  # noqa: E402
+from nmt.evaluate import bleu  # noqa: E402
+from nmt.tokenizer import EOS_PIECE, TOKENIZER_FILES  # noqa: E402
+from nmt.translate import Translator  # noqa: E402
+
+CONFIG = ROOT / "configs" / "multi30k_en_fr.yaml"
+TEST = "test_2016_flickr"
+SCORERS = ("dot", "scaled_dot", "bilinear", "concat")
+DECODERS = {  # name -> config overrides
+    "bahdanau": ["model.decoder=bahdanau", "model.input_feeding=false"],
+    "luong": ["model.decoder=luong", "model.input_feeding=false"],
+    "luong+feed": ["model.decoder=luong", "model.input_feeding=true"],
+}
+
+
+def sh(cmd: list[str], log: Path) -> None:
+    with log.open("w") as out:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-2000:]
+        raise SystemExit(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}); {log}:\n{tail}")
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+# --------------------------------------------------------------------------- reference alignment
+
+
+def eflomal_links(args: argparse.Namespace) -> tuple[list[set], list[set]]:
+    """Sure (both directions agree) and possible (either direction) links of the test set,
+    from eflomal run on the training corpus with the test set appended (cached)."""
+    out = args.work / "eflomal"
+    fwd, rev = out / "fwd", out / "rev"
+    n_test = len(lines(args.data / f"{TEST}.en"))
+    if not (fwd.is_file() and rev.is_file()):
+        try:
+            import eflomal
+        except ImportError:
+            raise SystemExit(
+                "eflomal is needed for the alignment scores: pip install eflomal"
+            ) from None
+        out.mkdir(parents=True, exist_ok=True)
+        # Words are what whitespace separates (as nmt.alignment merges pieces), lowercased.
+        src = [s.lower() for s in lines(args.data / "train.en") + lines(args.data / f"{TEST}.en")]
+        tgt = [t.lower() for t in lines(args.data / "train.fr") + lines(args.data / f"{TEST}.fr")]
+        print(f"eflomal: aligning {len(src):,} pairs ...", flush=True)
+        eflomal.Aligner(model=3).align(
+            src, tgt, links_filename_fwd=str(fwd), links_filename_rev=str(rev)
+        )
+    f = [parse_links(x) for x in lines(fwd)[-n_test:]]
+    r = [parse_links(x) for x in lines(rev)[-n_test:]]
+    return [a & b for a, b in zip(f, r, strict=True)], [a | b for a, b in zip(f, r, strict=True)]
+
+
+# --------------------------------------------------------------------------- one cell
+
+
+def cell_name(decoder: str, scorer: str, seed: int, steps: int) -> str:
+    return f"{decoder}.{scorer}.seed{seed}.steps{steps}"
+
+
+def shared_tokenizer(args: argparse.Namespace) -> Path:
+    """The tokenizer and tokenized data, prepared once and copied into every cell's run."""
+    spm_run = args.work / "spm-run"
+    if not (spm_run / "spm.model").is_file():
+        sh(
+            [sys.executable, "-m", "nmt", "prepare", str(CONFIG), "--set", f"data.dir={args.data}"]
+            + ["--set", f"run.dir={spm_run}"],
+            args.work / "prepare.log",
+        )
+    return spm_run
+
+
+def train_cell(args: argparse.Namespace, decoder: str, scorer: str, seed: int, run_dir: Path):
+    spm_run = shared_tokenizer(args)
+    if run_dir.exists():  # a cell cut short: start it again
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    for name in TOKENIZER_FILES:
+        if (spm_run / name).is_file():
+            shutil.copy2(spm_run / name, run_dir / name)
+    shutil.copytree(spm_run / "data", run_dir / "data")
+    sets = [
+        f"data.dir={args.data}",
+        f"run.dir={run_dir}",
+        f"model.attention={scorer}",
+        *DECODERS[decoder],
+        f"train.seed={seed}",
+        f"train.max_steps={args.steps}",
+        "train.max_epochs=0",
+        f"train.valid_every={args.steps}",
+        "train.patience=0",
+        "train.log_every=50",
+        "run.tensorboard=false",
+    ]
+    cmd = [sys.executable, "-m", "nmt", "train", str(CONFIG)]
+    sh(cmd + [a for s in sets for a in ("--set", s)], run_dir / "train.log")
+
+
+@torch.inference_mode()
+def forced_attention(tr: Translator, sources: list[str], refs: list[str]) -> list[torch.Tensor]:
+    """(T, S) attention of each sentence over its reference (teacher forcing), EOS included."""
+    tok, model = tr.tokenizer, tr.model
+    src_ids, tgt_ids = tok.encode_src(sources), tok.encode_tgt(refs)
+    out: list[torch.Tensor] = []
+    for i in range(0, len(sources), 64):
+        rows = list(range(i, min(i + 64, len(sources))))
+        batch = collate([src_ids[r] for r in rows], [tgt_ids[r] for r in rows], rows)
+        _, weights = model(batch.src, batch.src_lens, batch.tgt_in)  # (B, T, S)
+        for b, r in enumerate(rows):
+            out.append(weights[b, : len(tgt_ids[r]) + 1, : len(src_ids[r]) + 1].float())
+    return out
+
+
+def evaluate_cell(
+    args: argparse.Namespace, run_dir: Path, sure: list[set], possible: list[set]
+) -> dict:
+    rows = [json.loads(x) for x in lines(run_dir / "metrics.jsonl")]
+    speeds = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r][1:]  # the first warms up
+    val = [r for r in rows if "val_bleu" in r][-1]
+    tr = Translator.from_checkpoint(run_dir / "last.pt", log=lambda _: None)
+    sources, refs = lines(args.data / f"{TEST}.en"), lines(args.data / f"{TEST}.fr")
+    start = time.perf_counter()
+    hyps = tr.translate(sources, beam=5)
+    seconds = time.perf_counter() - start
+    attn = forced_attention(tr, sources, refs)
+    tok = tr.tokenizer
+    predicted, kept = [], []
+    for i, (s, r, a) in enumerate(zip(sources, refs, attn, strict=True)):
+        src_pieces = tok.src_pieces(s) + [EOS_PIECE]
+        tgt_pieces = tok.tgt_pieces(tok.encode_tgt([r])[0]) + [EOS_PIECE]
+        words = word_attention(a, src_pieces, tgt_pieces)
+        if words.shape != (len(r.split()), len(s.split())):
+            continue  # pieces and whitespace words disagree (rare normalisation cases)
+        predicted.append(strongest_links(words))
+        kept.append(i)
+    align = alignment_scores(predicted, [sure[i] for i in kept], [possible[i] for i in kept])
+    sharp = sharpness(attn)
+    k = args.sentence
+    return {
+        "steps": val["step"],
+        "train_tokens_per_s": statistics.median(speeds) if speeds else 0.0,
+        "val_bleu_greedy": val["val_bleu"],
+        "test_bleu_beam5": bleu([h.text for h in hyps], refs).score,
+        "decode_sentences_per_s": len(sources) / seconds,
+        "attention_entropy": sharp.entropy,
+        "uniform_entropy": sharp.uniform_entropy,
+        "max_share": sharp.max_share,
+        "align_precision": align.precision,
+        "align_recall": align.recall,
+        "aer": align.aer,
+        "aligned_sentences": align.sentences,
+        "example": {
+            "source": hyps[k].src_tokens,
+            "target": hyps[k].tgt_labels,
+            "text": hyps[k].text,
+            "attention": hyps[k].attention.tolist(),
+        },
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def mean_spread(values: list[float], digits: int = 1) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    half = (max(values) - min(values)) / 2
+    return f"{statistics.mean(values):.{digits}f} ± {half:.{digits}f}"
+
+
+def table(cells: dict[str, dict], seeds: list[int], steps: int) -> str:
+    head = (
+        "| decoder | attention | val BLEU (greedy) | test BLEU (beam 5) | train tok/s | "
+        "decode sent/s | entropy (flat) | top share | align P / R | AER |"
+    )
+    out = [head, "|" + "---|" * 10]
+    for decoder in DECODERS:
+        for scorer in SCORERS:
+            got = [cells[c] for s in seeds if (c := cell_name(decoder, scorer, s, steps)) in cells]
+            if not got:
+                continue
+
+            def col(key: str, digits: int = 1, got: list[dict] = got) -> str:
+                return mean_spread([g[key] for g in got], digits)
+
+            out.append(
+                f"| {decoder} | {scorer} | {col('val_bleu_greedy')} | {col('test_bleu_beam5')} "
+                f"| {col('train_tokens_per_s', 0)} | {col('decode_sentences_per_s', 1)} "
+                f"| {col('attention_entropy', 2)} ({col('uniform_entropy', 2)}) "
+                f"| {col('max_share', 2)} | {col('align_precision', 2)} / "
+                f"{col('align_recall', 2)} | {col('aer', 2)} |"
+            )
+    return "\n".join(out)
+
+
+def figure(cells: dict[str, dict], seed: int, steps: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(DECODERS), len(SCORERS), figsize=(4.2 * len(SCORERS), 13))
+    for row, decoder in enumerate(DECODERS):
+        for col, scorer in enumerate(SCORERS):
+            ax = axes[row][col]
+            cell = cells.get(cell_name(decoder, scorer, seed, steps))
+            if cell is None:
+                ax.axis("off")
+                continue
+            ex = cell["example"]
+            ax.imshow(ex["attention"], cmap="gray_r", vmin=0.0, vmax=1.0, aspect="auto")
+            ax.set_xticks(range(len(ex["source"])), ex["source"], rotation=90, fontsize=7)
+            ax.set_yticks(range(len(ex["target"])), ex["target"], fontsize=7)
+            ax.set_title(f"{decoder} / {scorer}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--steps", type=int, default=400, help="updates per cell")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1])
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
+    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "attention_study")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "attention_study.json")
+    ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "attention_study.png")
+    ap.add_argument("--sentence", type=int, default=3, help="test sentence of the figure (from 0)")
+    args = ap.parse_args()
+    args.data, args.work = args.data.resolve(), args.work.resolve()
+    (args.work / "cells").mkdir(parents=True, exist_ok=True)
+    sure, possible = eflomal_links(args)
+    cells: dict[str, dict] = {}
+    for seed in args.seeds:
+        for decoder in DECODERS:
+            for scorer in SCORERS:
+                name = cell_name(decoder, scorer, seed, args.steps)
+                done = args.work / "cells" / f"{name}.json"
+                if not done.is_file():
+                    print(f"{name}: training {args.steps} updates ...", flush=True)
+                    run_dir = args.work / "runs" / name
+                    train_cell(args, decoder, scorer, seed, run_dir)
+                    result = evaluate_cell(args, run_dir, sure, possible)
+                    result["config"] = {"steps": args.steps, "seed": seed}
+                    done.write_text(json.dumps(result))
+                cells[name] = json.loads(done.read_text())
+                c = cells[name]
+                print(
+                    f"{name}: val {c['val_bleu_greedy']:.1f}, test {c['test_bleu_beam5']:.1f}, "
+                    f"AER {c['aer']:.2f}",
+                    flush=True,
+                )
+    print()
+    print(table(cells, args.seeds, args.steps))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"steps": args.steps, "seeds": args.seeds, "cells": cells}))
+    figure(cells, args.seeds[0], args.steps, args.figure)
+    print(f"\nwritten: {args.out}, {args.figure}")
+
+
+if __name__ == "__main__":
+    main()
