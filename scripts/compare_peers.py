@@ -10,6 +10,15 @@ to OpenNMT-py, is printed and written as JSON.
 
     .venv/bin/python scripts/compare_peers.py --minutes 4 --data ../shared/data/multi30k
 
+Learning curves (BLEU against minutes): `--curve N` has nmt validate every N updates (its
+greedy validation BLEU, the minutes it was reached at, validation time included as in any
+nmt run) and OpenNMT-py save a checkpoint every N steps (validating every 500 as usual),
+each decoded greedily on the validation set afterwards. `--plot FILE.png` draws them;
+`--nmt-config` trains another nmt config than the reference model (the peers keep theirs):
+
+    .venv/bin/python scripts/compare_peers.py --minutes 15 --only nmt-fp32,opennmt-py \
+        --nmt-config configs/multi30k_en_fr.yaml --curve 250 --plot docs/curve.png
+
 Training speed is target tokens/s (non-pad, EOS included) as each toolkit logs it per log
 window, the median of the windows after the first (which holds start-up). Peak memory is the
 training process's peak resident set (`wait4`). Decoding times are the toolkits' own
@@ -73,6 +82,8 @@ class Result:
     steps: int = 0
     decode: dict[str, dict[str, float]] = field(default_factory=dict)  # greedy/beam5 -> figures
     note: str = ""
+    started: float = 0.0  # time.time() when its training command started
+    curve: list[dict[str, float]] = field(default_factory=list)  # minutes, step, val_bleu
 
 
 def run(cmd: list[str], *, log: Path, env: dict[str, str] | None = None, minutes: float = 0) -> int:
@@ -136,11 +147,12 @@ def train_peer(
 ) -> Result:
     """Train a peer for --minutes; its speed read from its log (`pattern`: step, tokens/s)."""
     log = args.work / f"{tag}.train.log"
+    started = time.time()
     rss = run(cmd, log=log, env=env, minutes=args.minutes)
     found = [(int(m.group(1)), float(m.group(2))) for m in pattern.finditer(log.read_text())]
     windows = [tok for _, tok in found]
     steps = found[-1][0] if found else 0
-    return Result(name, median_after_first(windows), windows, rss / 2**30, steps)
+    return Result(name, median_after_first(windows), windows, rss / 2**30, steps, started=started)
 
 
 # --- data -----------------------------------------------------------------------------
@@ -159,10 +171,17 @@ def encode_pieces(model: Path, data: Path, out: Path) -> None:
             )
 
 
-def bleu(hyps: list[str], data: Path) -> float:
+def bleu(hyps: list[str], data: Path, split: str = TEST) -> float:
     """sacreBLEU's default BLEU, as `nmt eval --bleu` computes it."""
-    refs = (data / f"{TEST}.fr").read_text(encoding="utf-8").splitlines()
+    refs = (data / f"{split}.fr").read_text(encoding="utf-8").splitlines()
     return evaluate.bleu(hyps, refs).score
+
+
+def scores(hyps: list[str], data: Path) -> dict[str, float]:
+    """Test BLEU, cased sacreBLEU and under the Multi30k shared-task protocol (wmt-mmt)."""
+    refs = (data / f"{TEST}.fr").read_text(encoding="utf-8").splitlines()
+    mmt = evaluate.bleu(hyps, refs, protocol="wmt-mmt", lang="fr").score
+    return {"bleu": bleu(hyps, data), "bleu_wmt_mmt": mmt}
 
 
 def depiece(path: Path, model: Path) -> list[str]:
@@ -182,16 +201,24 @@ def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path
         f"train.max_minutes={args.minutes}",
         "train.max_epochs=0",
         f"train.log_every={args.log_every}",
-        "train.valid_every=1000000",  # no validation inside the timed run
+        # no validation inside the timed run, unless a learning curve is wanted
+        f"train.valid_every={args.curve or 1000000}",
         "run.tensorboard=false",
+        *args.nmt_set,
     ]
-    cmd = [*nmt, "train", str(CONFIG), "--overwrite"] + [a for s in sets for a in ("--set", s)]
+    config = args.nmt_config
+    cmd = [*nmt, "train", str(config), "--overwrite"] + [a for s in sets for a in ("--set", s)]
     log = args.work / f"{name}.train.log"
     rss = run(cmd, log=log)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     windows = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r]
     steps = max((r["step"] for r in rows if "step" in r), default=0)
-    return Result(name, median_after_first(windows), windows, rss / 2**30, steps)
+    curve = [
+        {"minutes": r["minutes"], "step": r["step"], "val_bleu": r["val_bleu"]}
+        for r in rows
+        if "val_bleu" in r
+    ]
+    return Result(name, median_after_first(windows), windows, rss / 2**30, steps, curve=curve)
 
 
 NMT_DECODE = """
@@ -217,7 +244,9 @@ def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Nam
                 sys.executable,
                 "-c",
                 NMT_DECODE,
-                str(run_dir / "last.pt"),
+                # the timed speed run decodes where it stopped; a curve run (validating as
+                # nmt does) decodes what nmt would translate with (averaged, else best)
+                str(run_dir if args.curve else run_dir / "last.pt"),
                 str(args.data / f"{TEST}.en"),
                 str(out),
                 str(beam),
@@ -227,11 +256,7 @@ def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Nam
         whole = time.perf_counter() - start
         inside = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
         hyps = out.read_text(encoding="utf-8").splitlines()
-        result.decode[label] = {
-            "seconds": inside,
-            "command_s": whole,
-            "bleu": bleu(hyps, args.data),
-        }
+        result.decode[label] = {"seconds": inside, "command_s": whole, **scores(hyps, args.data)}
 
 
 # --- OpenNMT-py -----------------------------------------------------------------------
@@ -271,10 +296,10 @@ def onmt(args: argparse.Namespace, pieces: Path, spm_model: Path) -> Result:
         "tgt_seq_length": 100,
         "save_model": str(home / "model"),
         "save_checkpoint_steps": 100,
-        "keep_checkpoint": 2,
+        "keep_checkpoint": -1 if args.curve else 2,
         "seed": 1,
         "train_steps": 1000000,
-        "valid_steps": 1000000,
+        "valid_steps": 500 if args.curve else 1000000,
         "report_every": args.log_every,
         "model_type": "text",
         "encoder_type": "brnn",
@@ -314,38 +339,40 @@ def onmt(args: argparse.Namespace, pieces: Path, spm_model: Path) -> Result:
     # OpenNMT-py pickles its options (argparse.Namespace) into checkpoints, which torch >= 2.6
     # refuses to load by default; these are files it just wrote.
     env = {**env, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
-    for label, beam in (("greedy", 1), ("beam5", 5)):
-        out = args.work / f"opennmt-py.{label}.hyp"
+
+    def translate(checkpoint: Path, split: str, out: Path, beam: int) -> tuple[float, float]:
+        """Decode pieces/SPLIT.en; its own translation time and the whole command's."""
         start = time.perf_counter()
         proc = sh(
-            [
-                str(bin_dir / "onmt_translate"),
-                "-model",
-                str(checkpoints[-1]),
-                "-src",
-                str(pieces / f"{TEST}.en"),
-                "-output",
-                str(out),
-                "-beam_size",
-                str(beam),
-                "-batch_size",
-                "64",
-                "-batch_type",
-                "sents",
-                "-max_length",
-                "100",
-                "-report_time",
-            ],
+            [str(bin_dir / "onmt_translate"), "-model", str(checkpoint)]
+            + ["-src", str(pieces / f"{split}.en"), "-output", str(out)]
+            + ["-beam_size", str(beam), "-batch_size", "64", "-batch_type", "sents"]
+            + ["-max_length", "100", "-report_time"],
             env=env,
         )
         whole = time.perf_counter() - start
         found = re.search(r"Total translation time \(s\): ([\d.]+)", proc.stdout + proc.stderr)
+        return (float(found.group(1)) if found else whole), whole
+
+    for label, beam in (("greedy", 1), ("beam5", 5)):
+        out = args.work / f"opennmt-py.{label}.hyp"
+        seconds, whole = translate(checkpoints[-1], TEST, out, beam)
         hyps = depiece(out, spm_model)
-        result.decode[label] = {
-            "seconds": float(found.group(1)) if found else whole,
-            "command_s": whole,
-            "bleu": bleu(hyps, args.data),
-        }
+        result.decode[label] = {"seconds": seconds, "command_s": whole, **scores(hyps, args.data)}
+    if args.curve:  # greedy validation BLEU every --curve steps and at the end, at the minute
+        # each checkpoint was written
+        steps = [int(c.stem.split("_")[-1]) for c in checkpoints]
+        picked = [c for c, n in zip(checkpoints, steps, strict=True) if n % args.curve == 0]
+        for checkpoint in picked + ([checkpoints[-1]] if checkpoints[-1] not in picked else []):
+            out = args.work / "opennmt-py.val.hyp"
+            translate(checkpoint, "val", out, 1)
+            result.curve.append(
+                {
+                    "minutes": (checkpoint.stat().st_mtime - result.started) / 60,
+                    "step": int(checkpoint.stem.split("_")[-1]),
+                    "val_bleu": bleu(depiece(out, spm_model), args.data, "val"),
+                }
+            )
     result.note = f"checkpoint at step {checkpoints[-1].stem.split('_')[-1]}"
     return result
 
@@ -476,7 +503,7 @@ def joey(args: argparse.Namespace, spm_model: Path) -> Result:
         result.decode[label] = {
             "seconds": float(took[-1]) if took else whole,
             "command_s": whole,
-            "bleu": bleu(hyps, args.data),
+            **scores(hyps, args.data),
         }
     result.note = f"checkpoint {checkpoints[-1].name}"
     return result
@@ -518,6 +545,33 @@ def table(results: list[Result], base: Result | None) -> str:
     return "\n".join(lines)
 
 
+def plot(results: list[Result], path: Path, minutes: float) -> None:
+    """Validation BLEU (greedy) against training minutes, every toolkit on the same axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for r in results:
+        if r.curve:
+            ax.plot(
+                [p["minutes"] for p in r.curve],
+                [p["val_bleu"] for p in r.curve],
+                marker="o",
+                label=r.name,
+            )
+    ax.set_xlabel("training minutes (this machine)")
+    ax.set_ylabel("val BLEU, greedy (sacreBLEU)")
+    ax.set_xlim(0, minutes * 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--minutes", type=float, default=4.0, help="training time of each")
@@ -525,6 +579,12 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "nmt-peers")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "compare_peers.json")
     ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--nmt-config", type=Path, default=CONFIG, help="the config nmt trains")
+    ap.add_argument(
+        "--nmt-set", action="append", default=[], metavar="KEY=VALUE", help="nmt override"
+    )
+    ap.add_argument("--curve", type=int, default=0, help="learning curve: a point every N updates")
+    ap.add_argument("--plot", type=Path, help="draw the learning curves to FILE.png")
     ap.add_argument(
         "--only",
         default="nmt-fp32,nmt-bf16,nmt-fp16,opennmt-py,joeynmt",
@@ -595,6 +655,12 @@ def main() -> None:
 
     print()
     print(table(results, base))
+    for r in results:
+        for label, d in r.decode.items():
+            print(f"{r.name} {label}: test BLEU {d['bleu']:.1f}, wmt-mmt {d['bleu_wmt_mmt']:.1f}")
+    if args.plot:
+        plot(results, args.plot, args.minutes)
+        print(f"curve: {args.plot}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(
@@ -602,6 +668,8 @@ def main() -> None:
                 "threads": threads,
                 "torch": torch.__version__,
                 "minutes": args.minutes,
+                "nmt_config": str(args.nmt_config),
+                "nmt_set": args.nmt_set,
                 "results": [asdict(r) for r in results],
             },
             indent=1,
