@@ -51,7 +51,7 @@ from nmt.evaluate import bleu  # noqa: E402
 from nmt.tokenizer import EOS_PIECE, TOKENIZER_FILES  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
 
-CONFIG = ROOT / "configs" / "multi30k_en_fr.yaml"
+CONFIG = ROOT / "configs" / "multi30k_en_fr.yaml"  # --config: another base (e.g. tiny, to try)
 TEST = "test_2016_flickr"
 SCORERS = ("dot", "scaled_dot", "bilinear", "concat")
 DECODERS = {  # name -> config overrides
@@ -114,7 +114,15 @@ def shared_tokenizer(args: argparse.Namespace) -> Path:
     spm_run = args.work / "spm-run"
     if not (spm_run / "spm.model").is_file():
         sh(
-            [sys.executable, "-m", "nmt", "prepare", str(CONFIG), "--set", f"data.dir={args.data}"]
+            [
+                sys.executable,
+                "-m",
+                "nmt",
+                "prepare",
+                str(args.config),
+                "--set",
+                f"data.dir={args.data}",
+            ]
             + ["--set", f"run.dir={spm_run}"],
             args.work / "prepare.log",
         )
@@ -143,7 +151,7 @@ def train_cell(args: argparse.Namespace, decoder: str, scorer: str, seed: int, r
         "train.log_every=50",
         "run.tensorboard=false",
     ]
-    cmd = [sys.executable, "-m", "nmt", "train", str(CONFIG)]
+    cmd = [sys.executable, "-m", "nmt", "train", str(args.config)]
     sh(cmd + [a for s in sets for a in ("--set", s)], run_dir / "train.log")
 
 
@@ -272,6 +280,7 @@ def figure(cells: dict[str, dict], seed: int, steps: int, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--steps", type=int, default=400, help="updates per cell")
+    ap.add_argument("--config", type=Path, default=CONFIG, help="the base config of every cell")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1])
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "attention_study")
