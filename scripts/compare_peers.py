@@ -276,8 +276,10 @@ def onmt(args: argparse.Namespace, pieces: Path, spm_model: Path) -> Result:
     )
     bin_dir = venv.parent
     home = args.work / "onmt-run"
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
+    previous = previous_result(args, "OpenNMT-py 3.5.1") if args.redecode_onmt else None
+    if previous is None:
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
     config = {
         "save_data": str(home / "data"),
         "src_vocab": str(home / "vocab.shared"),
@@ -295,7 +297,7 @@ def onmt(args: argparse.Namespace, pieces: Path, spm_model: Path) -> Result:
         "src_seq_length": 100,
         "tgt_seq_length": 100,
         "save_model": str(home / "model"),
-        "save_checkpoint_steps": 100,
+        "save_checkpoint_steps": 50 if args.curve else 100,
         "keep_checkpoint": -1 if args.curve else 2,
         "seed": 1,
         "train_steps": 1000000,
@@ -326,16 +328,27 @@ def onmt(args: argparse.Namespace, pieces: Path, spm_model: Path) -> Result:
         "gpu_ranks": [],
         "num_workers": 0,
     }
-    cfg_path = home / "config.yaml"
-    cfg_path.write_text(json.dumps(config, indent=1))  # JSON is YAML
-    sh([str(bin_dir / "onmt_build_vocab"), "-config", str(cfg_path), "-n_sample", "-1"])
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    cmd = [str(bin_dir / "onmt_train"), "-config", str(cfg_path)]
-    result = train_peer("OpenNMT-py 3.5.1", "opennmt-py", cmd, ONMT_STEP, env, args)
-    checkpoints = sorted(home.glob("model_step_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
+    if previous is None:
+        cfg_path = home / "config.yaml"
+        cfg_path.write_text(json.dumps(config, indent=1))  # JSON is YAML
+        sh([str(bin_dir / "onmt_build_vocab"), "-config", str(cfg_path), "-n_sample", "-1"])
+        cmd = [str(bin_dir / "onmt_train"), "-config", str(cfg_path)]
+        result = train_peer("OpenNMT-py 3.5.1", "opennmt-py", cmd, ONMT_STEP, env, args)
+    else:
+        result = previous
+        result.decode, result.curve = {}, []
+    # OpenNMT-py finishes more steps after the SIGINT that ends its budget (up to the kill two
+    # minutes later): only checkpoints written within --minutes count.
+    budget_end = result.started + args.minutes * 60
+    checkpoints = sorted(
+        (c for c in home.glob("model_step_*.pt") if c.stat().st_mtime <= budget_end),
+        key=lambda p: int(p.stem.split("_")[-1]),
+    )
     if not checkpoints:
-        result.note = "no checkpoint written"
+        result.note = "no checkpoint written within the budget"
         return result
+    result.steps = int(checkpoints[-1].stem.split("_")[-1])
     # OpenNMT-py pickles its options (argparse.Namespace) into checkpoints, which torch >= 2.6
     # refuses to load by default; these are files it just wrote.
     env = {**env, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
@@ -361,9 +374,13 @@ def onmt(args: argparse.Namespace, pieces: Path, spm_model: Path) -> Result:
         result.decode[label] = {"seconds": seconds, "command_s": whole, **scores(hyps, args.data)}
     if args.curve:  # greedy validation BLEU every --curve steps and at the end, at the minute
         # each checkpoint was written
+        # (the first checkpoint at or after each multiple of --curve, and the last)
         steps = [int(c.stem.split("_")[-1]) for c in checkpoints]
-        picked = [c for c, n in zip(checkpoints, steps, strict=True) if n % args.curve == 0]
-        for checkpoint in picked + ([checkpoints[-1]] if checkpoints[-1] not in picked else []):
+        picked = {
+            next(c for c, n in zip(checkpoints, steps, strict=True) if n >= target)
+            for target in range(args.curve, steps[-1] + 1, args.curve)
+        } | {checkpoints[-1]}
+        for checkpoint in sorted(picked, key=lambda c: int(c.stem.split("_")[-1])):
             out = args.work / "opennmt-py.val.hyp"
             translate(checkpoint, "val", out, 1)
             result.curve.append(
@@ -373,7 +390,7 @@ def onmt(args: argparse.Namespace, pieces: Path, spm_model: Path) -> Result:
                     "val_bleu": bleu(depiece(out, spm_model), args.data, "val"),
                 }
             )
-    result.note = f"checkpoint at step {checkpoints[-1].stem.split('_')[-1]}"
+    result.note = f"checkpoint at step {result.steps}, the last written within the budget"
     return result
 
 
@@ -545,6 +562,16 @@ def table(results: list[Result], base: Result | None) -> str:
     return "\n".join(lines)
 
 
+def previous_result(args: argparse.Namespace, name: str) -> Result | None:
+    """`name`'s training figures from --out's previous run (for --redecode-onmt)."""
+    if not args.out.is_file():
+        raise SystemExit(f"--redecode-onmt: no previous run in {args.out}")
+    for r in json.loads(args.out.read_text())["results"]:
+        if r["name"] == name:
+            return Result(**r)
+    raise SystemExit(f"--redecode-onmt: {args.out} holds no {name} run")
+
+
 def plot(results: list[Result], path: Path, minutes: float) -> None:
     """Validation BLEU (greedy) against training minutes, every toolkit on the same axes."""
     import matplotlib
@@ -585,6 +612,12 @@ def main() -> None:
     )
     ap.add_argument("--curve", type=int, default=0, help="learning curve: a point every N updates")
     ap.add_argument("--plot", type=Path, help="draw the learning curves to FILE.png")
+    ap.add_argument(
+        "--redecode-onmt",
+        action="store_true",
+        help="decode OpenNMT-py's checkpoints of the previous run again (no training); the "
+        "other rows are kept from --out",
+    )
     ap.add_argument(
         "--only",
         default="nmt-fp32,nmt-bf16,nmt-fp16,opennmt-py,joeynmt",
@@ -653,6 +686,9 @@ def main() -> None:
         results.insert(1 if base else 0, r)
         print(f"  {r.tokens_per_s:,.0f} tok/s, {r.decode}", flush=True)
 
+    if args.redecode_onmt:  # the rows not run again, as the previous run left them
+        kept = json.loads(args.out.read_text())["results"]
+        results += [Result(**r) for r in kept if r["name"] not in {x.name for x in results}]
     print()
     print(table(results, base))
     for r in results:
