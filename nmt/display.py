@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nmt.errors import NmtError
 from nmt.files import atomic_write
@@ -63,4 +63,9 @@ def plot_attention(t: Translation, path: Path) -> None:
     with warnings.catch_warnings():
         # Pieces in scripts the default font lacks are drawn as boxes; the plot still reads.
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100, bbox_inches="tight"))
+        save_figure(fig, path, dpi=100)
+
+
+def save_figure(fig: Any, path: Path, *, dpi: int) -> None:
+    """Write a matplotlib figure as a PNG, atomically (`nmt.files.atomic_write`)."""
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight"))

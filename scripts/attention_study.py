@@ -29,7 +29,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from compare_peers import run  # noqa: E402
+
 from nmt.alignment import (  # noqa: E402
     alignment_scores,
     parse_links,
@@ -47,7 +48,9 @@ from nmt.alignment import (  # noqa: E402
     word_attention,
 )
 from nmt.batching import collate  # noqa: E402
+from nmt.display import save_figure  # noqa: E402
 from nmt.evaluate import bleu  # noqa: E402
+from nmt.files import read_lines as lines  # noqa: E402
 from nmt.tokenizer import EOS_PIECE, TOKENIZER_FILES  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
 
@@ -59,18 +62,6 @@ DECODERS = {  # name -> config overrides
     "luong": ["model.decoder=luong", "model.input_feeding=false"],
     "luong+feed": ["model.decoder=luong", "model.input_feeding=true"],
 }
-
-
-def sh(cmd: list[str], log: Path) -> None:
-    with log.open("w") as out:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        tail = log.read_text(errors="replace")[-2000:]
-        raise SystemExit(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}); {log}:\n{tail}")
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
 
 
 # --------------------------------------------------------------------------- reference alignment
@@ -113,7 +104,7 @@ def shared_tokenizer(args: argparse.Namespace) -> Path:
     """The tokenizer and tokenized data, prepared once and copied into every cell's run."""
     spm_run = args.work / "spm-run"
     if not (spm_run / "spm.model").is_file():
-        sh(
+        run(
             [
                 sys.executable,
                 "-m",
@@ -124,7 +115,7 @@ def shared_tokenizer(args: argparse.Namespace) -> Path:
                 f"data.dir={args.data}",
             ]
             + ["--set", f"run.dir={spm_run}"],
-            args.work / "prepare.log",
+            log=args.work / "prepare.log",
         )
     return spm_run
 
@@ -152,7 +143,7 @@ def train_cell(args: argparse.Namespace, decoder: str, scorer: str, seed: int, r
         "run.tensorboard=false",
     ]
     cmd = [sys.executable, "-m", "nmt", "train", str(args.config)]
-    sh(cmd + [a for s in sets for a in ("--set", s)], run_dir / "train.log")
+    run(cmd + [a for s in sets for a in ("--set", s)], log=run_dir / "train.log")
 
 
 @torch.inference_mode()
@@ -272,8 +263,7 @@ def figure(cells: dict[str, dict], seed: int, steps: int, path: Path) -> None:
             ax.set_yticks(range(len(ex["target"])), ex["target"], fontsize=7)
             ax.set_title(f"{decoder} / {scorer}", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

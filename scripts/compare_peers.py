@@ -51,6 +51,7 @@ import sentencepiece as spm
 import torch
 
 from nmt import evaluate
+from nmt.display import save_figure
 from nmt.runtime import cpu_has_bf16_matmul
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -594,8 +595,7 @@ def plot(results: list[Result], path: Path, minutes: float) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
