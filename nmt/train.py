@@ -351,9 +351,13 @@ def _average_last(
     ts: TrainState, prepared: Prepared, run: RunFiles, reporter: Reporter, log: Log
 ) -> None:
     """Write averaged.pt, the mean of the last `train.average_last` step checkpoints, and
-    validate it beside the best single checkpoint. Training is over: the model is reused."""
-    paths = step_checkpoints(run.dir)[-ts.cfg.train.average_last :]
-    averaged = write_average(paths, run.dir / AVERAGED_NAME)
+    validate it against the best single checkpoint: kept where it is at least as good (a run
+    directory translates with it first), removed otherwise. Training is over: the model is
+    reused."""
+    tc = ts.cfg.train
+    paths = step_checkpoints(run.dir)[-tc.average_last :]
+    path = run.dir / AVERAGED_NAME
+    averaged = write_average(paths, path)
     ts.model.load_state_dict(averaged["model"])
     scores = validate(ts.model, prepared, ts.cfg, ts.device, ts.precision)
     averaged_scores = {f"avg_{k}": v for k, v in scores.items()}
@@ -361,10 +365,20 @@ def _average_last(
         {"step": ts.pos.step, "epoch": ts.pos.epoch, "averaged": len(paths), **averaged_scores}
     )
     steps = ", ".join(p.stem.split("-")[1] for p in paths)
-    log(
-        f"{run.dir / AVERAGED_NAME}: the mean of steps {steps}: val BLEU "
-        f"{scores['val_bleu']:.2f}, loss {scores['val_loss']:.3f} (translating uses it first)"
+    score = scores["val_bleu"] if tc.valid_metric == "bleu" else -scores["val_loss"]
+    best = ts.pos.best_score
+    said = (
+        f"the mean of steps {steps}: val BLEU {scores['val_bleu']:.2f}, "
+        f"loss {scores['val_loss']:.3f}"
     )
+    if best is not None and score < best:
+        path.unlink()
+        log(
+            f"{path}: {said}, below the best checkpoint's {tc.valid_metric} "
+            f"({abs(best):.2f}): not kept, the run translates with best.pt"
+        )
+    else:
+        log(f"{path}: {said} (the run translates with it)")
 
 
 # --------------------------------------------------------------------------- measuring

@@ -88,20 +88,48 @@ def test_cli_average_errors_are_one_line(tiny_run, tmp_path, monkeypatch, args, 
     assert not (tmp_path / "out.pt").exists()
 
 
-def test_average_last_at_the_end_of_training_is_what_the_run_translates_with(tmp_path):
-    cfg = tiny(
+def _fake_validation(monkeypatch, bleus: list[float]) -> None:
+    """validate() gives these val BLEUs in turn (the last one: the averaged model's)."""
+    import nmt.train
+
+    given = iter(bleus)
+
+    def fake(*_args, **_kwargs) -> dict[str, float]:
+        return {"val_loss": 1.0, "val_ppl": 2.7, "val_bleu": next(given)}
+
+    monkeypatch.setattr(nmt.train, "validate", fake)
+
+
+def _averaged_run(tmp_path: Path):
+    return tiny(
         tmp_path,
         "train.max_steps=6",
         "train.valid_every=2",
         "train.average_last=3",
         "train.keep_last=3",
     )
+
+
+def test_average_last_at_the_end_of_training_is_what_the_run_translates_with(tmp_path, monkeypatch):
+    _fake_validation(monkeypatch, [10.0, 20.0, 30.0, 30.0])  # as good as the best: kept
+    cfg = _averaged_run(tmp_path)
     fit(cfg, log=lambda _: None)
     steps = [cfg.run_dir / f"step-{s}.pt" for s in (2, 4, 6)]
     averaged = load_checkpoint(cfg.run_dir / AVERAGED_NAME)
     torch.testing.assert_close(averaged["model"], average_checkpoints(steps)["model"])
     assert resolve_checkpoint(cfg.run_dir) == cfg.run_dir / AVERAGED_NAME
-    assert "avg_val_bleu" in metrics(cfg)[-1]
+    assert metrics(cfg)[-1]["avg_val_bleu"] == 30.0
+
+
+def test_an_average_worse_than_the_best_checkpoint_is_not_kept(tmp_path, monkeypatch):
+    _fake_validation(monkeypatch, [10.0, 30.0, 20.0, 29.0])
+    cfg = _averaged_run(tmp_path)
+    said: list[str] = []
+    fit(cfg, log=said.append)
+    assert not (cfg.run_dir / AVERAGED_NAME).exists()
+    assert resolve_checkpoint(cfg.run_dir) == cfg.run_dir / "best.pt"
+    assert metrics(cfg)[-1]["avg_val_bleu"] == 29.0
+    assert any("below the best checkpoint's bleu (30.00): not kept" in line for line in said)
 
 
 def test_average_last_above_keep_last_is_a_config_error(tmp_path):
