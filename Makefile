@@ -6,6 +6,10 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 CONFIG ?= configs/multi30k_en_fr.yaml
+MINUTES ?= 15
+# The data root (one folder per corpus): the shared one where it exists, else the config's
+# own (data/, where missing corpora are downloaded). NMT_DATA_DIR=... make train overrides.
+train: export NMT_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data))
 
 .PHONY: install test check train bench clean
 
@@ -24,7 +28,7 @@ check:
 	$(BIN)/mypy
 
 train:
-	$(BIN)/nmt train $(CONFIG)
+	$(BIN)/nmt train $(CONFIG) --set train.max_minutes=$(MINUTES)
 
 # nmt alone: the reference model's training tokens/s (fp32, and bf16 where the hardware has
 # it; fp16 too on a GPU), greedy and beam-5 decoding of test_2016_flickr, peak memory.

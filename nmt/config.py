@@ -59,36 +59,88 @@ ATTENTION_ALIASES = {
 
 
 @dataclass(frozen=True)
-class DataConfig:
-    """Where the parallel corpus is and how it is cleaned and batched."""
+class CorpusConfig:
+    """One parallel corpus: where it is, how it is stored, which splits it gives."""
 
-    dir: str = "data/multi30k"  # NMT_DATA_DIR overrides it; --set overrides both
+    name: str = ""  # names its splits in reports and metrics; default: its folder's name
+    dir: str = ""  # a folder under data.root (or an absolute path); default: the name
     format: Literal["text", "tsv", "jsonl", "hub"] = "text"
-    src_lang: str = "en"
-    tgt_lang: str = "fr"
     # Split names. text: files {dir}/{split}.{lang}; tsv/jsonl: file {dir}/{split} (a path or
     # URL, absolute or relative to dir); hub: split names of the dataset `hub_name`.
     train: str = "train"
-    valid: str = "val"
-    test: tuple[str, ...] = ("test_2016_flickr",)
+    valid: str = ""
+    test: tuple[str, ...] = ()
     # Corpora shipped as one file (Tatoeba): with `valid: ""` / `test: []`, this many rows
     # of the train split are held out (a fixed random sample) as the valid / test split.
     valid_size: int = _opt(0, min=0, help="rows held out of train for validation if valid is ''")
     test_size: int = _opt(0, min=0, help="rows held out of train for testing if test is []")
     # Fields that hold the two sides in jsonl rows / hub rows (a "translation" dict field
-    # is understood too: see data.py).
+    # is understood too: see corpus.py).
     src_field: str = "en"
     tgt_field: str = "fr"
     hub_name: str | None = None
     hub_config: str | None = None
-    # Fetch missing files from a known public source: "multi30k" or none.
-    download: Literal["multi30k", "none"] = "none"
+    # Fetch missing files from a known public source: multi30k ({split}.{lang} text files),
+    # tatoeba (manythings.org's English-X pairs as the tsv file `train`), or none.
+    download: Literal["multi30k", "tatoeba", "none"] = "none"
+    weight: float = _opt(
+        1.0, above=0.0, help="times each training pair is seen an epoch (fractions sampled)"
+    )
+
+
+# The keys of a corpus, which the single-corpus form writes directly under `data`.
+CORPUS_KEYS = tuple(f.name for f in dataclasses.fields(CorpusConfig))
+
+
+@dataclass(frozen=True)
+class DataConfig(CorpusConfig):
+    """Where the parallel corpora are and how they are cleaned and batched.
+
+    Either one corpus, its keys (`CorpusConfig`'s: dir, format, train, ...) directly here,
+    or several under `corpora`. Corpus folders are relative to `root`, which NMT_DATA_DIR
+    overrides (a data root with one folder per corpus)."""
+
+    # -- the single-corpus form: Multi30k's folder and split names as defaults
+    dir: str = "data/multi30k"
+    valid: str = "val"
+    test: tuple[str, ...] = ("test_2016_flickr",)
+    root: str = "."
+    corpora: tuple[CorpusConfig, ...] = ()
+    # -- for every corpus
+    src_lang: str = "en"
+    tgt_lang: str = "fr"
+    # Exact duplicate training pairs (across and within corpora) are removed, and training
+    # pairs whose source sentence is in a valid or test set (Tatoeba has many translations
+    # of one sentence: a held-out sentence must not be trained on under another).
+    dedup: bool = True
     max_len: int = _opt(100, min=1, help="longest subword sequence kept, either side")
     max_len_ratio: float = _opt(
         3.0, min=1.0, help="longest/shortest side, above it a pair is dropped"
     )
     lowercase: bool = False
     cache: bool = True
+
+    def corpus_list(self) -> tuple[CorpusConfig, ...]:
+        """The corpora, each with its name and folder (under root) filled in."""
+        listed = self.corpora or (CorpusConfig(**{k: getattr(self, k) for k in CORPUS_KEYS}),)
+        out = []
+        for i, c in enumerate(listed):
+            name = c.name or (Path(c.dir).name if c.dir else f"corpus{i + 1}")
+            out.append(
+                dataclasses.replace(c, name=name, dir=str(Path(self.root) / (c.dir or name)))
+            )
+        return tuple(out)
+
+    def key_of(self, corpus: CorpusConfig) -> str:
+        """The config key under which a corpus of `corpus_list()` is written."""
+        if not self.corpora:
+            return "data"
+        return f"data.corpora[{[c.name for c in self.corpus_list()].index(corpus.name)}]"
+
+    @property
+    def single(self) -> bool:
+        """One corpus: its splits keep their own names (no `corpus/` prefix)."""
+        return len(self.corpora) <= 1
 
 
 @dataclass(frozen=True)
@@ -205,7 +257,11 @@ class Config:
         return Path(self.run.dir if self.run.dir is not None else Path("runs") / self.name)
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        out = _plain(dataclasses.asdict(self))
+        # one of the two forms of `data`: the corpus list, or one corpus's keys in place
+        for key in CORPUS_KEYS if self.data.corpora else ("corpora",):
+            del out["data"][key]
+        return out
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
@@ -282,7 +338,9 @@ def _coerce(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
             problems.append(f"{path}: expected {_type_name(tp)}, got {len(value)} items")
             return _MISSING
         items = [
-            _coerce(v, t, f"{path}[{i}]", problems)
+            _build(typing.cast(type, t), v, f"{path}[{i}]", problems)
+            if dataclasses.is_dataclass(t)
+            else _coerce(v, t, f"{path}[{i}]", problems)
             for i, (v, t) in enumerate(zip(value, item_types, strict=True))
         ]
         return _MISSING if any(i is _MISSING for i in items) else tuple(items)
@@ -370,12 +428,39 @@ def _cross_checks(cfg: Config) -> list[str]:
             f"train.average_last: {cfg.train.average_last} checkpoints to average, but only "
             f"train.keep_last = {cfg.train.keep_last} are kept; raise keep_last"
         )
-    if d.format == "hub" and not d.hub_name:
-        problems.append("data.hub_name: required when data.format is 'hub'")
+    problems += _corpora_checks(d)
     if cfg.train.max_steps == 0 and cfg.train.max_epochs == 0 and cfg.train.max_minutes is None:
         problems.append("train: set at least one of max_steps, max_epochs, max_minutes")
     if not is_device_name(cfg.train.device):
         problems.append(f"train.device: {cfg.train.device!r} is not allowed; expected {DEVICES}")
+    return problems
+
+
+def _corpora_checks(d: DataConfig) -> list[str]:
+    problems = []
+    if d.corpora:
+        flat = DataConfig()
+        mixed = [k for k in CORPUS_KEYS if getattr(d, k) != getattr(flat, k)]
+        if mixed:
+            problems.append(
+                f"data.{mixed[0]}: with data.corpora, each corpus gives its own "
+                f"{', '.join(mixed)} (data.corpora[i].{mixed[0]})"
+            )
+    corpora = d.corpus_list()
+    where = [f"data.corpora[{i}]" for i in range(len(corpora))] if d.corpora else ["data"]
+    names = [c.name for c in corpora]
+    for at, c in zip(where, corpora, strict=True):
+        if names.count(c.name) > 1:
+            problems.append(f"{at}.name: {c.name!r} names two corpora; give each its own name")
+        if c.format == "hub" and not c.hub_name:
+            problems.append(f"{at}.hub_name: required when format is 'hub'")
+        if "/" in c.name:
+            problems.append(f"{at}.name: {c.name!r} must not contain '/'")
+    if not any(c.valid or c.valid_size for c in corpora):
+        problems.append(
+            "data.valid: no corpus names a validation split; name one, or set valid_size "
+            "to hold rows of a train split out for validation"
+        )
     return problems
 
 
@@ -428,7 +513,7 @@ def config_from_dict(
 
 
 def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> Config:
-    """Read a YAML config; `NMT_DATA_DIR` overrides data.dir, `--set` overrides both."""
+    """Read a YAML config; `NMT_DATA_DIR` overrides data.root, `--set` overrides both."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -451,5 +536,5 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
     env_dir = os.environ.get(DATA_DIR_ENV)
     if env_dir:
         data = raw.get("data")
-        raw["data"] = {**(data if isinstance(data, dict) else {}), "dir": env_dir}
+        raw["data"] = {**(data if isinstance(data, dict) else {}), "root": env_dir}
     return config_from_dict(raw, overrides, str(path))

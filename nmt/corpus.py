@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import datasets
 
-from nmt.config import DataConfig
+from nmt.config import DATA_DIR_ENV, CorpusConfig, DataConfig
 from nmt.errors import NmtError
 from nmt.files import FileError, atomic_write
 
@@ -27,6 +30,9 @@ datasets.disable_progress_bars()
 datasets.logging.set_verbosity_error()
 
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{name}.gz"
+TATOEBA_URL = "https://www.manythings.org/anki/{lang}-eng.zip"
+TATOEBA_CODES = {"fr": "fra", "de": "deu", "es": "spa", "it": "ita", "pt": "por", "nl": "nld"}
+USER_AGENT = "nmt (neural machine translation toolkit; corpus download)"
 _HOLDOUT_SEED = 1234  # held-out valid/test rows must not move when train.seed changes
 TEXT = datasets.Value("string")  # the feature type of the src and tgt columns
 
@@ -35,15 +41,22 @@ class DataError(NmtError):
     """A corpus that cannot be read or does not have the expected layout."""
 
 
-def load_split(cfg: DataConfig, split: str, *, cache_dir: Path | None = None) -> datasets.Dataset:
-    """One split of the corpus as a Dataset with text columns `src` and `tgt`.
-
-    `cache_dir` is where `datasets` keeps its Arrow copies (default: its own home cache).
+def load_split(
+    d: DataConfig,
+    split: str,
+    *,
+    corpus: CorpusConfig | None = None,
+    cache_dir: Path | None = None,
+) -> datasets.Dataset:
+    """One split of a corpus (by default the config's first) as a Dataset with text columns
+    `src` and `tgt`. `cache_dir` is where `datasets` keeps its Arrow copies (default: its
+    own home cache).
     """
-    if cfg.format == "text":
-        ds = _load_text(cfg, split, cache_dir)
-    elif cfg.format == "tsv":
-        where = _locate(cfg, split)
+    c = corpus or d.corpus_list()[0]
+    if c.format == "text":
+        ds = _load_text(d, c, split, cache_dir)
+    elif c.format == "tsv":
+        where = _locate(d, c, split)
         ds = _load_builder(
             "csv",
             where,
@@ -57,25 +70,30 @@ def load_split(cfg: DataConfig, split: str, *, cache_dir: Path | None = None) ->
             na_filter=False,
             features=datasets.Features({"src": TEXT, "tgt": TEXT}),
         )
-    elif cfg.format == "jsonl":
-        where = _locate(cfg, split)
-        ds = _pairs_from_rows(_load_builder("json", where, cache_dir), cfg, where)
+    elif c.format == "jsonl":
+        where = _locate(d, c, split)
+        ds = _pairs_from_rows(_load_builder("json", where, cache_dir), d, c, where)
     else:
-        where = f"{cfg.hub_name} ({split})"
+        where = f"{c.hub_name} ({split})"
         try:
             rows = datasets.load_dataset(
-                cfg.hub_name, cfg.hub_config, split=split, cache_dir=_str(cache_dir)
+                c.hub_name, c.hub_config, split=split, cache_dir=_str(cache_dir)
             )
         except (datasets.exceptions.DatasetsError, OSError, ValueError) as e:
             raise DataError(f"{where}: cannot load from the Hugging Face hub ({e})") from None
-        ds = _pairs_from_rows(rows, cfg, where)
-    if cfg.lowercase:
+        ds = _pairs_from_rows(rows, d, c, where)
+    if d.lowercase:
         ds = ds.map(_lowercase, batched=True)
     return ds
 
 
 def extract_pairs(
-    rows: dict[str, list[Any]], cfg: DataConfig, *, where: str, first_row: int = 0
+    rows: dict[str, list[Any]],
+    cfg: DataConfig,
+    *,
+    where: str,
+    first_row: int = 0,
+    corpus: CorpusConfig | None = None,
 ) -> dict[str, list[str]]:
     """The `src`/`tgt` texts of a batch of JSON or hub rows.
 
@@ -84,10 +102,11 @@ def extract_pairs(
     layout of WMT and OPUS datasets on the hub. Rows are numbered from `first_row` + 1 in
     errors.
     """
+    c = corpus or cfg.corpus_list()[0]
     n = len(next(iter(rows.values()))) if rows else 0
     none: list[Any] = [None] * n
-    flat_src = rows.get(cfg.src_field, none)
-    flat_tgt = rows.get(cfg.tgt_field, none)
+    flat_src = rows.get(c.src_field, none)
+    flat_tgt = rows.get(c.tgt_field, none)
     translation = rows.get("translation", none)
     src: list[str] = []
     tgt: list[str] = []
@@ -98,8 +117,8 @@ def extract_pairs(
             s, t = pair.get(cfg.src_lang), pair.get(cfg.tgt_lang)
         if s is None or t is None:
             raise DataError(
-                f"{where}: row {first_row + i + 1} has neither the fields '{cfg.src_field}' and "
-                f"'{cfg.tgt_field}' (data.src_field/tgt_field) nor a 'translation' dict with "
+                f"{where}: row {first_row + i + 1} has neither the fields '{c.src_field}' and "
+                f"'{c.tgt_field}' (src_field/tgt_field) nor a 'translation' dict with "
                 f"'{cfg.src_lang}' and '{cfg.tgt_lang}' (data.src_lang/tgt_lang); "
                 f"its fields: {', '.join(k for k in rows if rows[k][i] is not None)}"
             )
@@ -108,9 +127,11 @@ def extract_pairs(
     return {"src": src, "tgt": tgt}
 
 
-def _pairs_from_rows(rows: datasets.Dataset, cfg: DataConfig, where: str) -> datasets.Dataset:
+def _pairs_from_rows(
+    rows: datasets.Dataset, d: DataConfig, c: CorpusConfig, where: str
+) -> datasets.Dataset:
     def fn(batch: dict[str, list[Any]], idx: list[int]) -> dict[str, list[str]]:
-        return extract_pairs(batch, cfg, where=where, first_row=idx[0] if idx else 0)
+        return extract_pairs(batch, d, where=where, first_row=idx[0] if idx else 0, corpus=c)
 
     return rows.map(fn, batched=True, with_indices=True, remove_columns=rows.column_names)
 
@@ -119,17 +140,21 @@ def _lowercase(batch: dict[str, list[str]]) -> dict[str, list[str]]:
     return {"src": [s.lower() for s in batch["src"]], "tgt": [t.lower() for t in batch["tgt"]]}
 
 
-def _load_text(cfg: DataConfig, split: str, cache_dir: Path | None) -> datasets.Dataset:
+def _load_text(
+    d: DataConfig, c: CorpusConfig, split: str, cache_dir: Path | None
+) -> datasets.Dataset:
     """Two aligned files, `{dir}/{split}.{src_lang}` and `{dir}/{split}.{tgt_lang}`."""
-    paths = [Path(cfg.dir) / f"{split}.{lang}" for lang in (cfg.src_lang, cfg.tgt_lang)]
+    paths = [Path(c.dir) / f"{split}.{lang}" for lang in (d.src_lang, d.tgt_lang)]
     missing = [p for p in paths if not p.is_file()]
-    if missing and cfg.download == "multi30k":
+    if missing:
+        _check_root(d, c, [p.name for p in paths])
+    if missing and c.download == "multi30k":
         download_multi30k(missing)
     elif missing:
         raise DataError(
-            f"{missing[0]}: no such file; put the '{split}' split in {cfg.dir} as "
+            f"{missing[0]}: no such file; put the '{split}' split{_of(d, c)} in {c.dir} as "
             f"{paths[0].name} and {paths[1].name}, one sentence a line "
-            "(for Multi30k, data.download: multi30k fetches them)"
+            f"(for Multi30k, {d.key_of(c)}.download: multi30k fetches them)"
         )
     # The text builder keeps empty lines as empty rows, so line N stays row N on both sides.
     src, tgt = (_load_builder("text", str(p), cache_dir, keep_linebreaks=False) for p in paths)
@@ -143,15 +168,42 @@ def _load_text(cfg: DataConfig, split: str, cache_dir: Path | None) -> datasets.
     )
 
 
-def _locate(cfg: DataConfig, split: str) -> str:
-    """A tsv/jsonl split names a URL, an absolute path, or a path relative to data.dir."""
+def _check_root(d: DataConfig, c: CorpusConfig, names: Sequence[str]) -> None:
+    """A corpus folder that is missing because the data root moved: say what changed.
+
+    NMT_DATA_DIR (data.root) names the folder that holds one folder per corpus; it used to
+    name the corpus folder itself, and `data.dir` is now relative to the root."""
+    if Path(c.dir).is_dir():
+        return
+    root = Path(d.root)
+    if all((root / n).is_file() for n in names):
+        raise DataError(
+            f"{c.dir}: no such folder, but the data root {root} itself holds corpus "
+            f"'{c.name}' ({', '.join(names)}). NMT_DATA_DIR / data.root now names the folder "
+            f"that holds one folder per corpus: use {DATA_DIR_ENV}={root.parent}"
+        )
+    if ".." in Path(c.dir).parts:
+        raise DataError(
+            f"{c.dir}: no such folder. A corpus folder (data.dir) is relative to the data "
+            f"root data.root ({d.root}; {DATA_DIR_ENV} sets it): give the root instead, "
+            f"e.g. --set data.root=..., or an absolute folder"
+        )
+
+
+def _locate(d: DataConfig, c: CorpusConfig, split: str) -> str:
+    """A tsv/jsonl split names a URL, an absolute path, or a path relative to the corpus
+    folder."""
     if split.startswith(("http://", "https://")):
         return split
-    path = Path(split) if Path(split).is_absolute() else Path(cfg.dir) / split
+    path = Path(split) if Path(split).is_absolute() else Path(c.dir) / split
+    if not path.is_file() and c.download == "tatoeba" and c.format == "tsv":
+        _check_root(d, c, [split])
+        download_tatoeba(path, d.tgt_lang if d.src_lang == "en" else d.src_lang, d.key_of(c))
     if not path.is_file():
+        _check_root(d, c, [split])
         raise DataError(
-            f"{path}: no such file (data.format {cfg.format}: a split names a file relative "
-            f"to data.dir {cfg.dir}, an absolute path or an http(s) URL)"
+            f"{path}: no such file ({d.key_of(c)}.format {c.format}: a split names a file "
+            f"relative to the corpus folder {c.dir}, an absolute path or an http(s) URL)"
         )
     return str(path)
 
@@ -198,58 +250,145 @@ def download_multi30k(paths: Sequence[Path]) -> None:
     """
     for path in paths:
         url = MULTI30K_URL.format(name=path.name)
-        try:
-            with urllib.request.urlopen(url, timeout=60) as response:
-                text = gzip.decompress(response.read())
-        except (OSError, EOFError) as e:  # URLError, timeouts and bad gzip data are OSErrors
-            reason = e.reason if isinstance(e, urllib.error.URLError) else e
-            raise DataError(
-                f"could not download {url} ({reason}); put {path.name} (one sentence a line) "
-                f"in {path.parent} yourself"
-            ) from None
-        try:
-            atomic_write(path, text)
-        except FileError as e:
-            raise DataError(f"downloaded {url}, but {e}") from None
+        _fetch_into(url, path, gzip.decompress, f"put {path.name} (one sentence a line)")
+
+
+def download_tatoeba(path: Path, lang: str, key: str = "data") -> None:
+    """Fetch the manythings.org Anki export of Tatoeba pairs for English-`lang` (a zip
+    holding `{code}.txt`: English<TAB>other<TAB>attribution) into `path`. The export grows
+    over time: a fresh download is newer than the 2017 file the README's scores used."""
+    code = TATOEBA_CODES.get(lang)
+    if code is None:
+        raise DataError(
+            f"{key}.download: tatoeba knows English with {', '.join(TATOEBA_CODES)}, not "
+            f"{lang!r}; put the pairs in {path} yourself"
+        )
+
+    def unzip(data: bytes) -> bytes:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            return z.read(f"{code}.txt")
+
+    url = TATOEBA_URL.format(lang=code)
+    _fetch_into(url, path, unzip, f"put the English<TAB>{lang} pairs as {path.name}")
+
+
+def _fetch_into(url: str, path: Path, unpack: Callable[[bytes], bytes], instead: str) -> None:
+    try:
+        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            data = unpack(response.read())
+    # URLError, timeouts and bad gzip data are OSErrors; a bad zip is BadZipFile or KeyError
+    except (OSError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        raise DataError(
+            f"could not download {url} ({reason}); {instead} in {path.parent} yourself"
+        ) from None
+    try:
+        atomic_write(path, data)
+    except FileError as e:
+        raise DataError(f"downloaded {url}, but {e}") from None
 
 
 def _str(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def load_splits(
-    cfg: DataConfig, *, cache_dir: Path | None = None
-) -> list[tuple[str, str, datasets.Dataset]]:
-    """All splits a config names, as (role, name, texts); role is train, valid or test.
+@dataclass
+class RawSplit:
+    """One split as loaded, before tokenizing: role train, valid or test."""
 
-    With `valid: ""` (or `test: []`) and `valid_size` (`test_size`) rows, those rows are
-    held out of the train split, a sample fixed by a constant seed.
+    role: str
+    name: str  # the split's name; with several corpora, prefixed "corpus/"
+    texts: datasets.Dataset
+    total: int  # rows read (train: before duplicates were removed)
+    removed: dict[str, int] = field(default_factory=dict)  # reason -> training pairs
+    weight: float = 1.0
+
+
+DUPLICATE = "duplicates"
+HELD_OUT = "with a source in a valid/test set"
+
+
+def load_splits(d: DataConfig, *, cache_dir: Path | None = None) -> list[RawSplit]:
+    """Every split of every corpus a config names: the train splits first (one per corpus,
+    in config order), then the valid splits, then the test splits.
+
+    With `valid: ""` (or `test: []`) and `valid_size` (`test_size`) rows, those rows are held
+    out of the corpus's train split, a sample fixed by a constant seed. With `data.dedup`,
+    exact duplicate training pairs are removed (the first kept), and training pairs whose
+    source is in a valid or test split.
     """
-    train = load_split(cfg, cfg.train, cache_dir=cache_dir)
-    held: dict[str, datasets.Dataset] = {}
-    for role, name, size in (
-        ("valid", cfg.valid, cfg.valid_size),
-        ("test", cfg.test, cfg.test_size),
-    ):
-        if name or not size:
-            continue
-        if size >= len(train):
-            raise DataError(
-                f"data.{role}_size: {size} rows asked for but the train split "
-                f"'{cfg.train}' has only {len(train)}"
-            )
-        parts = train.train_test_split(test_size=size, shuffle=True, seed=_HOLDOUT_SEED)
-        train, held[role] = parts["train"], parts["test"]
-    if "valid" in held:
-        valid = ("valid", "valid", held["valid"])
-    elif cfg.valid:
-        valid = ("valid", cfg.valid, load_split(cfg, cfg.valid, cache_dir=cache_dir))
-    else:
-        raise DataError(
-            "data.valid: empty; name a validation split, or set data.valid_size to hold "
-            "rows of the train split out for validation"
+    corpora = d.corpus_list()
+    trains, valids, tests = [], [], []
+    for c in corpora:
+        train = load_split(d, c.train, corpus=c, cache_dir=cache_dir)
+        held: dict[str, datasets.Dataset] = {}
+        for role, split, size in (("valid", c.valid, c.valid_size), ("test", c.test, c.test_size)):
+            if split or not size:
+                continue
+            if size >= len(train):
+                raise DataError(
+                    f"{d.key_of(c)}.{role}_size: {size} rows asked for but the train split "
+                    f"'{c.train}'{_of(d, c)} has only {len(train)}"
+                )
+            parts = train.train_test_split(test_size=size, shuffle=True, seed=_HOLDOUT_SEED)
+            train, held[role] = parts["train"], parts["test"]
+        trains.append(
+            RawSplit("train", split_name(d, c, c.train), train, len(train), weight=c.weight)
         )
-    tests = [("test", n, load_split(cfg, n, cache_dir=cache_dir)) for n in cfg.test]
-    if "test" in held:
-        tests.append(("test", "test", held["test"]))
-    return [("train", cfg.train, train), valid, *tests]
+        if "valid" in held:
+            valids.append(
+                RawSplit("valid", split_name(d, c, "valid"), held["valid"], len(held["valid"]))
+            )
+        elif c.valid:
+            ds = load_split(d, c.valid, corpus=c, cache_dir=cache_dir)
+            valids.append(RawSplit("valid", split_name(d, c, c.valid), ds, len(ds)))
+        for split in c.test:
+            ds = load_split(d, split, corpus=c, cache_dir=cache_dir)
+            tests.append(RawSplit("test", split_name(d, c, split), ds, len(ds)))
+        if "test" in held:
+            tests.append(
+                RawSplit("test", split_name(d, c, "test"), held["test"], len(held["test"]))
+            )
+    if not valids:
+        raise DataError(
+            "data.valid: no corpus names a validation split; name one, or set valid_size "
+            "to hold rows of a train split out for validation"
+        )
+    if d.dedup:
+        _dedup(trains, [*valids, *tests])
+    return [*trains, *valids, *tests]
+
+
+def _of(d: DataConfig, c: CorpusConfig) -> str:
+    """ " of corpus 'name'" in messages where the config has several."""
+    return "" if not d.corpora else f" of corpus '{c.name}'"
+
+
+def split_name(d: DataConfig, c: CorpusConfig, split: str) -> str:
+    """A split's name in reports and metrics: its own with one corpus, else `corpus/split`."""
+    return split if d.single else f"{c.name}/{split}"
+
+
+def _dedup(trains: list[RawSplit], held_out: list[RawSplit]) -> None:
+    """Remove from the train splits exact duplicate pairs (across and within corpora, the
+    first kept) and pairs whose source sentence is in a held-out split; count both."""
+    held_src = {s.strip() for h in held_out for s in h.texts["src"][:]} - {""}
+    seen: set[tuple[str, str]] = set()
+    for t in trains:
+        keep: list[int] = []
+        removed = {DUPLICATE: 0, HELD_OUT: 0}
+        for i, (s, g) in enumerate(zip(t.texts["src"][:], t.texts["tgt"][:], strict=True)):
+            pair = (s.strip(), g.strip())
+            if not pair[0] or not pair[1]:  # left to the cleaning that drops empty sides
+                keep.append(i)
+            elif pair[0] in held_src:
+                removed[HELD_OUT] += 1
+            elif pair in seen:
+                removed[DUPLICATE] += 1
+            else:
+                seen.add(pair)
+                keep.append(i)
+        if len(keep) < len(t.texts):
+            t.texts = t.texts.select(keep)
+        t.removed = removed

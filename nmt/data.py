@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import random
 import shutil
 from collections import Counter
 from collections.abc import Callable
@@ -21,11 +22,11 @@ import datasets
 
 from nmt.batching import make_batches, padding_fraction
 from nmt.config import Config, DataConfig
-from nmt.corpus import TEXT, DataError, load_splits
+from nmt.corpus import TEXT, DataError, RawSplit, load_splits
 from nmt.files import atomic_directory, atomic_write
 from nmt.tokenizer import Tokenizer, train_or_load
 
-_CACHE_VERSION = 1  # bump when the cached layout or the cleaning rules change
+_CACHE_VERSION = 2  # bump when the cached layout or the cleaning rules change
 _IDS = datasets.List(datasets.Value("int32"))  # half the size of int64, vocab << 2**31
 
 
@@ -41,6 +42,26 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.src_ids)
+
+    def take(self, rows: list[int]) -> Split:
+        """These rows, in this order (repeats allowed: the lists share their items)."""
+        return Split(
+            name=self.name,
+            src_text=[self.src_text[r] for r in rows],
+            tgt_text=[self.tgt_text[r] for r in rows],
+            src_ids=[self.src_ids[r] for r in rows],
+            tgt_ids=[self.tgt_ids[r] for r in rows],
+        )
+
+    @classmethod
+    def concat(cls, name: str, parts: list[Split]) -> Split:
+        return cls(
+            name=name,
+            src_text=[x for p in parts for x in p.src_text],
+            tgt_text=[x for p in parts for x in p.tgt_text],
+            src_ids=[x for p in parts for x in p.src_ids],
+            tgt_ids=[x for p in parts for x in p.tgt_ids],
+        )
 
     @classmethod
     def from_dataset(cls, name: str, ds: datasets.Dataset) -> Split:
@@ -61,8 +82,9 @@ class SplitReport:
     name: str
     total: int
     kept: int
-    dropped: dict[str, int]  # reason -> pairs (train only)
+    dropped: dict[str, int]  # reason -> pairs (train only): duplicates, cleaning
     truncated: int  # sources cut to data.max_len (valid/test only)
+    weight: float = 1.0  # train: times each kept pair is seen an epoch
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,8 @@ class DataReport:
                 line += ", dropped " + ", ".join(drops)
             if s.truncated:
                 line += f", {s.truncated} sources truncated"
+            if s.weight != 1.0:
+                line += f", weight {s.weight:g} ({round(s.kept * s.weight)} pairs an epoch)"
             out.append(line)
         out.append(
             f"data: {self.train_batches} training batches an epoch, "
@@ -102,10 +126,12 @@ class Prepared:
     """Everything training needs from the data: tokenizer, tokenized splits, report."""
 
     tokenizer: Tokenizer
-    train: Split
-    valid: Split
+    train: Split  # every corpus's, each repeated by its weight
+    valid: Split  # every valid split, one after another
     tests: dict[str, Split]
     report: DataReport
+    # name -> (first row, end) of each valid split in `valid`, scored apart when several
+    valid_parts: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
     def report_lines(self) -> list[str]:
         return self.report.lines()
@@ -121,12 +147,12 @@ def prepare(cfg: Config, *, log: Callable[[str], None] = print) -> Prepared:
     d = cfg.data
     data_dir = cfg.run_dir / "data"
     raw = load_splits(d, cache_dir=data_dir / "hf")
-    train_raw = raw[0][2]
+    trains = [r for r in raw if r.role == "train"]
     tokenizer = train_or_load(
         cfg.tokenizer,
         cfg.run_dir,
-        (s.strip() for s in train_raw["src"][:]),
-        (t.strip() for t in train_raw["tgt"][:]),
+        (s.strip() for r in trains for s in r.texts["src"][:]),
+        (t.strip() for r in trains for t in r.texts["tgt"][:]),
         log=log,
     )
     key = _cache_key(cfg, tokenizer, raw)
@@ -138,23 +164,34 @@ def prepare(cfg: Config, *, log: Callable[[str], None] = print) -> Prepared:
         tokenized = [datasets.load_from_disk(str(cache_dir / f"{i}")) for i in range(len(raw))]
     else:
         tokenized, reports = [], []
-        for i, (role, name, ds) in enumerate(raw):
-            out, counts = _tokenize(
-                ds, tokenizer, d, role=role, name=name, fingerprint=f"{key[:48]}-{i}"
-            )
+        for i, r in enumerate(raw):
+            out, counts = _tokenize(r, tokenizer, d, fingerprint=f"{key[:48]}-{i}")
             tokenized.append(out)
             reports.append(counts)
-        if not reports[0].kept:
-            dropped = ", ".join(f"{n} {why}" for why, n in reports[0].dropped.items() if n)
+        if not sum(r.kept for r in reports if r.role == "train"):
+            first = reports[0]
+            dropped = ", ".join(f"{n} {why}" for why, n in first.dropped.items() if n)
             raise DataError(
-                f"data: the train split '{raw[0][1]}' is empty after cleaning "
-                f"({reports[0].total} pairs, dropped {dropped or 'none'}): check the files, "
+                f"data: the train split '{first.name}' is empty after cleaning "
+                f"({first.total} pairs, dropped {dropped or 'none'}): check the files, "
                 "or raise data.max_len / data.max_len_ratio"
             )
         if d.cache:
             _save_cache(cache_dir, tokenized, reports)
-    splits = [Split.from_dataset(name, ds) for (_, name, _), ds in zip(raw, tokenized, strict=True)]
-    train = splits[0]
+    splits = [Split.from_dataset(r.name, ds) for r, ds in zip(raw, tokenized, strict=True)]
+    train = Split.concat(
+        trains[0].name if d.single else "train",
+        [
+            s.take(_weighted_rows(len(s), r.weight, seed=cfg.train.seed))
+            for r, s in zip(raw, splits, strict=True)
+            if r.role == "train"
+        ],
+    )
+    valids = [s for r, s in zip(raw, splits, strict=True) if r.role == "valid"]
+    valid_parts, start = {}, 0
+    for v in valids:
+        valid_parts[v.name] = (start, start + len(v))
+        start += len(v)
     src_lens = [len(s) for s in train.src_ids]
     tgt_lens = [len(t) for t in train.tgt_ids]
     batches = make_batches(
@@ -176,16 +213,29 @@ def prepare(cfg: Config, *, log: Callable[[str], None] = print) -> Prepared:
     return Prepared(
         tokenizer=tokenizer,
         train=train,
-        valid=splits[1],
-        tests={s.name: s for s in splits[2:]},
+        valid=valids[0] if len(valids) == 1 else Split.concat("valid", valids),
+        tests={s.name: s for r, s in zip(raw, splits, strict=True) if r.role == "test"},
         report=report,
+        valid_parts=valid_parts,
     )
 
 
+def _weighted_rows(n: int, weight: float, *, seed: int) -> list[int]:
+    """The rows of an n-pair corpus seen in an epoch under `weight`: every row int(weight)
+    times, then a fixed random sample of the fraction left (the same every epoch)."""
+    whole, fraction = divmod(weight, 1.0)
+    rows = list(range(n)) * int(whole)
+    extra = round(fraction * n)
+    if extra:
+        rows += sorted(random.Random(seed).sample(range(n), extra))
+    return rows
+
+
 def _tokenize(
-    ds: datasets.Dataset, tok: Tokenizer, d: DataConfig, *, role: str, name: str, fingerprint: str
+    raw: RawSplit, tok: Tokenizer, d: DataConfig, *, fingerprint: str
 ) -> tuple[datasets.Dataset, SplitReport]:
-    """Strip and tokenize one split; the train split is filtered, the others kept whole."""
+    """Strip and tokenize one split; train splits are filtered, the others kept whole."""
+    ds, role = raw.texts, raw.role
     reasons = {
         "empty": "with an empty side",
         "long": f"longer than {d.max_len} tokens",
@@ -218,13 +268,15 @@ def _tokenize(
     if role == "train":
         out = out.filter(lambda b: [r == "" for r in b["drop"]], batched=True, keep_in_memory=True)
     out = out.remove_columns("drop")
+    cleaning = {text: counts[code] for code, text in reasons.items()}
     report = SplitReport(
         role=role,
-        name=name,
-        total=len(ds),
+        name=raw.name,
+        total=raw.total,
         kept=len(out),
-        dropped={text: counts[code] for code, text in reasons.items()} if role == "train" else {},
+        dropped={**raw.removed, **cleaning} if role == "train" else {},
         truncated=counts["cut"],
+        weight=raw.weight,
     )
     return out, report
 
@@ -240,7 +292,7 @@ def _drop_reason(n_src: int, n_tgt: int, d: DataConfig) -> str:
     return ""
 
 
-def _cache_key(cfg: Config, tok: Tokenizer, raw: list[tuple[str, str, datasets.Dataset]]) -> str:
+def _cache_key(cfg: Config, tok: Tokenizer, raw: list[RawSplit]) -> str:
     """What the tokenized splits depend on; any change gives a new cache directory."""
     parts = {
         "version": _CACHE_VERSION,
@@ -248,7 +300,7 @@ def _cache_key(cfg: Config, tok: Tokenizer, raw: list[tuple[str, str, datasets.D
         "tokenizer": dataclasses.asdict(cfg.tokenizer),
         "models": {k: hashlib.sha256(v).hexdigest() for k, v in tok.to_bytes().items()},
         # datasets fingerprints a loaded file by path, size and modification time
-        "sources": [[role, name, ds._fingerprint] for role, name, ds in raw],
+        "sources": [[r.role, r.name, r.texts._fingerprint] for r in raw],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 

@@ -127,22 +127,25 @@ def chrf(hyps: Sequence[str], refs: Sequence[str], *, lowercase: bool = False) -
 
 def test_sets(config: Config, cache_dir: Path | None) -> list[tuple[str, list[str], list[str]]]:
     """The config's test split(s) as (name, sources, references), read as training read them
-    (lowercased when data.lowercase). `NMT_DATA_DIR` overrides data.dir, as for training."""
+    (lowercased when data.lowercase). `NMT_DATA_DIR` overrides data.root, as for training."""
     from nmt.config import DATA_DIR_ENV
-    from nmt.corpus import load_split, load_splits
+    from nmt.corpus import load_split, load_splits, split_name
 
     data = config.data
     if os.environ.get(DATA_DIR_ENV):
-        data = dataclasses.replace(data, dir=os.environ[DATA_DIR_ENV])
-    if data.test:
-        named = [(name, load_split(data, name, cache_dir=cache_dir)) for name in data.test]
-    elif data.test_size:  # held out of the train split, as `nmt train` did
+        data = dataclasses.replace(data, root=os.environ[DATA_DIR_ENV])
+    corpora = data.corpus_list()
+    if any(c.test_size for c in corpora):  # held out of a train split, as `nmt train` did
         named = [
-            (name, ds)
-            for role, name, ds in load_splits(data, cache_dir=cache_dir)
-            if role == "test"
+            (r.name, r.texts) for r in load_splits(data, cache_dir=cache_dir) if r.role == "test"
         ]
     else:
+        named = [
+            (split_name(data, c, split), load_split(data, split, corpus=c, cache_dir=cache_dir))
+            for c in corpora
+            for split in c.test
+        ]
+    if not named:
         raise NmtError("data.test: the run's config names no test split; pass --src and --ref")
     return [(name, ds["src"][:], ds["tgt"][:]) for name, ds in named]
 
@@ -199,7 +202,8 @@ def evaluate_split(
     seconds = time.perf_counter() - start
     hyps = [t.text for t in out]
     if hyp_path is None:
-        hyp_path = (translator.run_dir or Path(".")) / "eval" / f"{split}.beam{beam}.hyp"
+        file = split.replace("/", ".")  # a corpus/split name stays one file in eval/
+        hyp_path = (translator.run_dir or Path(".")) / "eval" / f"{file}.beam{beam}.hyp"
     write_lines(hyp_path, hyps)
     scores: dict[str, Score] = {}
     if "bleu" in metrics:

@@ -25,7 +25,8 @@ def validate(
     device: torch.device,
     precision: Precision,
 ) -> dict[str, float]:
-    """Validation loss, perplexity (without label smoothing) and greedy BLEU."""
+    """Validation loss, perplexity (without label smoothing) and greedy BLEU; with several
+    valid splits, BLEU of each too (`val_bleu/<name>`)."""
     split = prepared.valid
     model.eval()
     loss = torch.zeros((), device=device)
@@ -60,11 +61,15 @@ def validate(
             hyps[r] = text
     model.train()
     val_loss = loss.item() / max(tokens, 1)
-    return {
+    scores = {
         "val_loss": val_loss,
         "val_ppl": math.exp(min(val_loss, 50.0)),
-        "val_bleu": bleu(hyps, split.tgt_text).score,
+        "val_bleu": bleu(hyps, split.tgt_text).score,  # all valid splits together: stopping
     }
+    if len(prepared.valid_parts) > 1:  # and each corpus's own
+        for name, (a, b) in prepared.valid_parts.items():
+            scores[f"val_bleu/{name}"] = bleu(hyps[a:b], split.tgt_text[a:b]).score
+    return scores
 
 
 @torch.inference_mode()

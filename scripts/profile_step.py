@@ -6,7 +6,7 @@ split, times `nmt.step.update` over them and prints target tokens/s, then profil
 steps and prints the operators by self CPU time, grouped as in the README's profile table.
 
     .venv/bin/python scripts/profile_step.py configs/reference_rnn.yaml \
-        --set data.dir=../shared/data/multi30k --precision fp32 [--checkpoint RUN/best.pt]
+        --set data.root=../shared/data --precision fp32 [--checkpoint RUN/best.pt]
 
 Only one benchmark at a time on a small machine: two at once make both figures wrong.
 """

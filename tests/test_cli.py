@@ -132,8 +132,8 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def _corpus(folder: Path, train_en: bytes = b"a b\nc d\n", train_fr: bytes = b"e f\ng h\n"):
     folder.mkdir()
-    for split in ("val", "test"):
-        (folder / f"{split}.en").write_bytes(b"a b\n")
+    for split in ("val", "test"):  # not a training source: data.dedup would remove it there
+        (folder / f"{split}.en").write_bytes(b"b a\n")
         (folder / f"{split}.fr").write_bytes(b"e f\n")
     (folder / "train.en").write_bytes(train_en)
     (folder / "train.fr").write_bytes(train_fr)

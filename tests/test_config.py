@@ -141,15 +141,47 @@ def test_overrides_are_type_checked_like_the_file():
 
 def test_load_config_file_env_and_override_precedence(tmp_path, monkeypatch):
     path = tmp_path / "my_run.yaml"
-    path.write_text("data:\n  dir: from_file\nmodel:\n  attention: dot\n")
+    path.write_text("data:\n  root: from_file\n  dir: m30k\nmodel:\n  attention: dot\n")
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     cfg = load_config(path)
     assert cfg.name == "my_run"
     assert str(cfg.run_dir) == "runs/my_run"
-    assert cfg.data.dir == "from_file"
-    monkeypatch.setenv(DATA_DIR_ENV, "from_env")
-    assert load_config(path).data.dir == "from_env"
-    assert load_config(path, ["data.dir=from_set"]).data.dir == "from_set"
+    assert cfg.data.corpus_list()[0].dir == "from_file/m30k"
+    monkeypatch.setenv(DATA_DIR_ENV, "from_env")  # NMT_DATA_DIR names the data root
+    assert load_config(path).data.corpus_list()[0].dir == "from_env/m30k"
+    assert load_config(path, ["data.root=from_set"]).data.corpus_list()[0].dir == "from_set/m30k"
+    # an absolute corpus folder ignores the root
+    assert load_config(path, ["data.dir=/abs/m30k"]).data.corpus_list()[0].dir == "/abs/m30k"
+
+
+def test_corpora_list_names_folders_and_checks(tmp_path):
+    cfg = config_from_dict(
+        {
+            "data": {
+                "root": "r",
+                "corpora": [
+                    {"name": "a", "valid": "val", "weight": 2},
+                    {"dir": "b_folder", "format": "tsv", "train": "b.tsv", "valid_size": 3},
+                ],
+            }
+        }
+    )
+    a, b = cfg.data.corpus_list()
+    assert (a.name, a.dir, a.weight) == ("a", "r/a", 2.0)
+    assert (b.name, b.dir, b.format) == ("b_folder", "r/b_folder", "tsv")
+    assert not cfg.data.single
+    problems = [
+        ({"corpora": [{"name": "x", "valid": "v"}, {"name": "x"}]}, "'x' names two corpora"),
+        ({"corpora": [{"name": "x"}]}, "no corpus names a validation split"),
+        ({"corpora": [{"name": "x", "valid": "v", "weight": 0}]}, r"corpora\[0\]\.weight"),
+        ({"corpora": [{"name": "x", "valid": "v", "colour": 1}]}, r"corpora\[0\]\.colour"),
+        ({"train": "t", "corpora": [{"name": "x", "valid": "v"}]}, "each corpus gives its own"),
+        ({"corpora": [{"name": "x", "valid": "v", "format": "hub"}]}, "hub_name: required"),
+        ({"corpora": "x"}, "data.corpora"),
+    ]
+    for data, message in problems:
+        with pytest.raises(ConfigError, match=message):
+            config_from_dict({"data": data})
 
 
 def test_load_config_reports_file_problems(tmp_path):

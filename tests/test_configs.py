@@ -27,7 +27,20 @@ def test_config_loads(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_tiny_config_points_at_the_committed_sample_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     cfg = load_config(ROOT / "configs" / "tiny.yaml")
-    data = ROOT / cfg.data.dir
-    for split in (cfg.data.train, cfg.data.valid, *cfg.data.test):
+    (corpus,) = cfg.data.corpus_list()
+    for split in (corpus.train, corpus.valid, *corpus.test):
         for lang in (cfg.data.src_lang, cfg.data.tgt_lang):
-            assert (data / f"{split}.{lang}").is_file()
+            assert (ROOT / corpus.dir / f"{split}.{lang}").is_file()
+
+
+def test_shipped_corpora_share_one_data_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every shipped config but the toy one finds its corpora under NMT_DATA_DIR, one folder
+    per corpus: `NMT_DATA_DIR=../shared/data` serves them all."""
+    monkeypatch.setenv(DATA_DIR_ENV, "/data-root")
+    folders = {}
+    for path in CONFIGS:
+        if path.name != "tiny.yaml":
+            for corpus in load_config(path).data.corpus_list():
+                folders[path.name, corpus.name] = corpus.dir
+    assert folders[("general_en_fr.yaml", "tatoeba")] == "/data-root/tatoeba"
+    assert set(folders.values()) == {"/data-root/multi30k", "/data-root/tatoeba"}

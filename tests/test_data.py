@@ -8,6 +8,7 @@ import io
 import random
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch
 
 from nmt.batching import collate, epoch_rows, make_batches, padding_fraction
 from nmt.config import Config, DataConfig, config_from_dict
-from nmt.corpus import MULTI30K_URL, DataError, extract_pairs, load_split, load_splits
+from nmt.corpus import MULTI30K_URL, TATOEBA_URL, DataError, extract_pairs, load_split, load_splits
 from nmt.data import prepare
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
@@ -136,7 +137,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
 def test_download_failure_says_which_url_and_where_to_put_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def offline(url: str, timeout: float) -> None:
+    def offline(request: urllib.request.Request, timeout: float) -> None:
         raise urllib.error.URLError("no network")
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
@@ -156,9 +157,9 @@ def test_download_gunzips_missing_files_into_place(
 ) -> None:
     fetched: list[str] = []
 
-    def fake(url: str, timeout: float) -> io.BytesIO:
-        fetched.append(url)
-        text = "A dog.\n" if url.endswith(".en.gz") else "Un chien.\n"
+    def fake(request: urllib.request.Request, timeout: float) -> io.BytesIO:
+        fetched.append(request.full_url)
+        text = "A dog.\n" if request.full_url.endswith(".en.gz") else "Un chien.\n"
         return io.BytesIO(gzip.compress(text.encode()))
 
     monkeypatch.setattr(urllib.request, "urlopen", fake)
@@ -169,21 +170,46 @@ def test_download_gunzips_missing_files_into_place(
     assert ds[:] == {"src": ["A dog."], "tgt": ["Un chien."]}
 
 
+def test_download_tatoeba_unzips_the_pairs_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fetched: list[str] = []
+    pairs = "Go.\tVa !\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272\nHi.\tSalut.\tCC\n"
+
+    def fake(request: urllib.request.Request, timeout: float) -> io.BytesIO:
+        fetched.append(request.full_url)
+        assert "nmt" in request.get_header("User-agent")
+        data = io.BytesIO()
+        with zipfile.ZipFile(data, "w") as z:
+            z.writestr("fra.txt", pairs)
+            z.writestr("_about.txt", "attribution")
+        return io.BytesIO(data.getvalue())
+
+    monkeypatch.setattr(urllib.request, "urlopen", fake)
+    cfg = DataConfig(dir=str(tmp_path / "tatoeba"), format="tsv", download="tatoeba")
+    ds = load_split(cfg, "fra-eng.tsv", cache_dir=tmp_path / "hf")
+    assert fetched == [TATOEBA_URL.format(lang="fra")]
+    assert ds[:] == {"src": ["Go.", "Hi."], "tgt": ["Va !", "Salut."]}
+    unknown = dataclasses.replace(cfg, tgt_lang="xx", dir=str(tmp_path / "other"))
+    with pytest.raises(DataError, match="data.download: tatoeba knows English with fr, de"):
+        load_split(unknown, "fra-eng.tsv", cache_dir=tmp_path / "hf")
+
+
 def test_valid_and_test_can_be_held_out_of_train(tmp_path: Path) -> None:
     cfg = DataConfig(
         dir=str(DATA), format="tsv", train="tiny.tsv", valid="", valid_size=1, test=(), test_size=1
     )
     splits = load_splits(cfg, cache_dir=tmp_path)
-    assert [(role, name, len(ds)) for role, name, ds in splits] == [
+    assert [(r.role, r.name, len(r.texts)) for r in splits] == [
         ("train", "tiny.tsv", 2),
         ("valid", "valid", 1),
         ("test", "test", 1),
     ]
-    seen = sorted(s for _, _, ds in splits for s in ds["src"][:])
+    seen = sorted(s for r in splits for s in r.texts["src"][:])
     assert seen == sorted(load_split(cfg, "tiny.tsv", cache_dir=tmp_path)["src"][:])
     again = load_splits(cfg, cache_dir=tmp_path)
-    assert again[1][2][:] == splits[1][2][:]  # the same rows every time
-    with pytest.raises(DataError, match="data.valid: empty"):
+    assert again[1].texts[:] == splits[1].texts[:]  # the same rows every time
+    with pytest.raises(DataError, match="no corpus names a validation split"):
         load_splits(dataclasses.replace(cfg, valid_size=0), cache_dir=tmp_path)
     with pytest.raises(DataError, match="data.valid_size: 4 rows"):
         load_splits(dataclasses.replace(cfg, valid_size=4), cache_dir=tmp_path)
@@ -218,20 +244,23 @@ def test_cleaning_drops_train_pairs_by_reason_and_keeps_every_test_pair(tmp_path
         [*EN, "", "A dog.", long, "Dog."],
         [*FR, "Un chien.", "   ", "Un chien court dans le parc.", FR[0] + " " + FR[1]],
     )
-    write_split(tmp_path / "corpus", "val", ["", long], ["Rien.", "Long."])
+    long_valid = "A cat sleeps on the red sofa. " * 8  # not a training source (dedup)
+    write_split(tmp_path / "corpus", "val", ["", long_valid], ["Rien.", "Long."])
     write_split(tmp_path / "corpus", "test", ["  A cat.  "], ["Un chat."])
     cfg = corpus_config(tmp_path, max_len=40, max_len_ratio=3.0)
     prepared = prepare(cfg, log=quiet)
     train, valid, test = prepared.report.splits
     assert (train.total, train.kept) == (len(EN) + 4, len(EN))
     assert train.dropped == {
+        "duplicates": 0,
+        "with a source in a valid/test set": 0,
         "with an empty side": 2,
         "longer than 40 tokens": 1,
         "with a length ratio above 3": 1,
     }
     assert prepared.train.src_text == EN
     assert (valid.total, valid.kept, valid.truncated) == (2, 2, 1)
-    assert prepared.valid.src_text == ["", long.strip()]  # BLEU needs the full references
+    assert prepared.valid.src_text == ["", long_valid.strip()]  # BLEU needs the whole text
     assert [len(s) for s in prepared.valid.src_ids] == [0, 40]
     assert prepared.tests["test"].src_text == ["A cat."]
     lines = prepared.report_lines()
