@@ -12,12 +12,15 @@ import sys
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from nmt.config import Config, ConfigError, load_config
 from nmt.errors import NmtError
+
+if TYPE_CHECKING:
+    from nmt.translate import Translation, Translator
 
 app = typer.Typer(
     name="nmt",
@@ -104,7 +107,7 @@ def check_config(config: ConfigArg, set_: SetOpt = None) -> None:
 def prepare(config: ConfigArg, set_: SetOpt = None) -> None:
     """Train (or reuse) the tokenizer and cache the tokenized data; report what was kept.
 
-    Example: NMT_DATA_DIR=../shared/data/multi30k nmt prepare configs/multi30k_en_fr.yaml
+    Example: NMT_DATA_DIR=../shared/data nmt prepare configs/multi30k_en_fr.yaml
     """
     cfg = _load(config, set_)
     with user_errors():
@@ -170,7 +173,10 @@ BatchSizeOpt = Annotated[
     int | None,
     typer.Option("--batch-size", help="Sentences decoded at once. Default: decode.batch_size."),
 ]
-DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N or auto.")]
+DeviceOpt = Annotated[
+    str,
+    typer.Option("--device", help="auto (a GPU where there is one, else cpu), cpu, cuda, cuda:N."),
+]
 PrecisionOpt = Annotated[
     str,
     typer.Option(
@@ -223,7 +229,7 @@ def translate(
         ),
     ] = 1,
     batch_size: BatchSizeOpt = None,
-    device: DeviceOpt = "cpu",
+    device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
     show_attention: Annotated[
         bool,
@@ -243,6 +249,15 @@ def translate(
         ),
     ] = None,
     progress: ProgressOpt = None,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            help="Load the model once, then translate each line of stdin as it comes, with "
+            "the time it took; Ctrl-D leaves. The default when stdin is a terminal and no "
+            "sentence or --input is given.",
+        ),
+    ] = False,
 ) -> None:
     """Translate sentences given as arguments, from stdin, or from a file.
 
@@ -258,6 +273,19 @@ def translate(
 
         if sentences and input_ is not None:
             raise NmtError("give sentences as arguments or --input FILE, not both")
+        if interactive and (sentences or input_ is not None or output is not None):
+            raise NmtError(
+                "--interactive reads stdin and prints: not with sentences, --input or --output"
+            )
+        if interactive or (not sentences and input_ is None and sys.stdin.isatty()):
+            _interactive(
+                Translator.from_checkpoint(model or None, device, precision=precision, log=_warn),
+                beam=beam,
+                nbest=nbest,
+                show_attention=show_attention,
+                attention_plot=attention_plot,
+            )
+            return
         if attention_plot is not None and attention_plot.suffix.lower() != ".png":
             raise NmtError(f"--attention-plot {attention_plot}: expected a file name ending .png")
         # Before any decoding: a bad output path should not cost a whole translation run.
@@ -265,12 +293,7 @@ def translate(
             check_writable(output, "--output")
         if attention_plot is not None:
             check_writable(attention_plot, "--attention-plot")
-        if sentences:
-            lines = list(sentences)
-        else:
-            if input_ is None and sys.stdin.isatty():
-                typer.echo("reading sentences from stdin, one a line (Ctrl-D ends)", err=True)
-            lines = read_lines(input_)
+        lines = list(sentences) if sentences else read_lines(input_)
         translator = Translator.from_checkpoint(
             model or None, device, precision=precision, log=_warn
         )
@@ -281,12 +304,7 @@ def translate(
             batch_size=batch_size,
             progress=_show_progress(progress),
         )
-        blocks = [
-            [f"{i} ||| {text} ||| {score:.4f}" for text, score in t.nbest]
-            if nbest > 1
-            else [t.text]
-            for i, t in enumerate(out)
-        ]
+        blocks = [_lines_of(t, i, nbest) for i, t in enumerate(out)]
         if output is not None:
             write_lines(output, [line for block in blocks for line in block])
         for t, block in zip(out, blocks, strict=True):
@@ -300,6 +318,45 @@ def translate(
                 if t.src_tokens:  # an empty input has no attention to draw
                     plot_attention(t, path)
                     typer.echo(f"attention plot: {path}", err=True)
+
+
+def _lines_of(t: Translation, i: int, nbest: int) -> list[str]:
+    """What is printed for input number i: its translation, or its n best with scores."""
+    if nbest > 1:
+        return [f"{i} ||| {text} ||| {score:.4f}" for text, score in t.nbest]
+    return [t.text]
+
+
+def _interactive(
+    translator: Translator,
+    *,
+    beam: int | None,
+    nbest: int,
+    show_attention: bool,
+    attention_plot: Path | None,
+) -> None:
+    """Translate stdin line by line as it comes (the model loaded once), each translation
+    printed and flushed at once with its time on stderr; end of input (Ctrl-D) leaves."""
+    import time
+
+    from nmt.display import format_attention, numbered_path, plot_attention
+
+    if sys.stdin.isatty():
+        typer.echo("type a sentence and press Enter; Ctrl-D leaves", err=True)
+    for i, line in enumerate(iter(sys.stdin.readline, "")):
+        start = time.perf_counter()
+        (t,) = translator.translate([line.rstrip("\r\n")], beam=beam, nbest=nbest, progress=False)
+        seconds = time.perf_counter() - start
+        for text in _lines_of(t, i, nbest):
+            typer.echo(text)
+        if show_attention:
+            typer.echo(format_attention(t) + "\n")
+        if attention_plot is not None and t.src_tokens:
+            path = numbered_path(attention_plot, i + 1)
+            plot_attention(t, path)
+            typer.echo(f"attention plot: {path}", err=True)
+        typer.echo(f"({seconds:.2f} s)", err=True)
+        sys.stdout.flush()
 
 
 @app.command()
@@ -368,7 +425,7 @@ def eval_(
     chrf: Annotated[bool, typer.Option("--chrf", help="Score chrF.")] = False,
     beam: BeamOpt = None,
     batch_size: BatchSizeOpt = None,
-    device: DeviceOpt = "cpu",
+    device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
     lowercase: Annotated[
         bool, typer.Option("--lowercase", help="Case-insensitive scores (sacrebleu -lc).")

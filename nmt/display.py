@@ -41,7 +41,12 @@ def plot_paths(path: Path, n: int) -> list[Path]:
     `stem-1.png`, `stem-2.png`, ... numbered by input line, next to it."""
     if n == 1:
         return [path]
-    return [path.with_name(f"{path.stem}-{i}{path.suffix or '.png'}") for i in range(1, n + 1)]
+    return [numbered_path(path, i) for i in range(1, n + 1)]
+
+
+def numbered_path(path: Path, i: int) -> Path:
+    """`stem-i.png` beside `path`: the heatmap of input line i."""
+    return path.with_name(f"{path.stem}-{i}{path.suffix or '.png'}")
 
 
 def plot_attention(t: Translation, path: Path) -> None:

@@ -25,6 +25,7 @@ from nmt.files import atomic_write
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 EOS_PIECE = "</s>"  # how EOS is shown beside the pieces (attention labels)
+UNK_MARK = "\u2047"  # ⁇: what sentencepiece writes for an unknown piece when decoding
 SPECIAL_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))  # never part of a decoded sentence
 
 JOINT_FILE = "spm.model"
@@ -158,6 +159,11 @@ class Tokenizer:
     def src_pieces(self, sentence: str) -> list[str]:
         """The subword strings `encode_src` gives for one sentence (no EOS), for display."""
         return self._src.encode(sentence, out_type=str)
+
+    def src_surfaces(self, sentence: str) -> list[str]:
+        """The text each source piece covers, in order (an unknown piece: the characters it
+        stands for, e.g. an emoji), for copying into a translation."""
+        return [p.surface for p in self._src.encode(sentence, return_type="proto").pieces]
 
     def tgt_pieces(self, ids: list[int]) -> list[str]:
         """The subword string of each target id (specials shown as <pad>, <s>, </s>)."""

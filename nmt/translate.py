@@ -27,7 +27,7 @@ from nmt.ensemble import Ensemble, check_compatible
 from nmt.errors import NmtError
 from nmt.runtime import Precision, autocast
 from nmt.search import Decodable, Hypothesis, beam_search, greedy, normalise
-from nmt.tokenizer import EOS_PIECE
+from nmt.tokenizer import EOS_PIECE, UNK_ID, UNK_MARK
 
 if TYPE_CHECKING:
     from nmt.tokenizer import Tokenizer
@@ -145,7 +145,8 @@ class Translator:
         if batch_size < 1:
             raise NmtError(f"--batch-size {batch_size}: expected at least 1")
 
-        texts = [self._clean(s) for s in sentences]
+        cleaned = [self._clean(s) for s in sentences]
+        texts = [t for t, _ in cleaned]
         ids = self.tokenizer.encode_src(texts) if texts else []
         max_len = self.config.data.max_len
         truncated = [len(row) > max_len for row in ids]
@@ -166,7 +167,11 @@ class Translator:
             hyps = self._search([ids[r] for r in rows], beam=beam, nbest=nbest)
             for r, sentence_hyps in zip(rows, hyps, strict=True):
                 out[r] = self._translation(
-                    sentences[r], texts[r], sentence_hyps, truncated=truncated[r]
+                    sentences[r],
+                    texts[r],
+                    sentence_hyps,
+                    truncated=truncated[r],
+                    shouted=cleaned[r][1],
                 )
         for i, t in enumerate(out):
             if t is None:
@@ -182,10 +187,19 @@ class Translator:
                 )
         return [t for t in out if t is not None]
 
-    def _clean(self, sentence: str) -> str:
-        """What the model was trained on: stripped, lowercased when data.lowercase."""
+    def _clean(self, sentence: str) -> tuple[str, bool]:
+        """What the model was trained on: stripped, lowercased when data.lowercase; and
+        whether the input is written in capitals (then read in sentence case, answered in
+        capitals: corpora hold almost no all-capitals text, so a model reads it badly)."""
         text = " ".join(sentence.split())
-        return text.lower() if self.config.data.lowercase else text
+        if self.config.data.lowercase:
+            return text.lower(), False
+        letters = [c for c in text if c.isalpha() and c.upper() != c.lower()]
+        if len(letters) >= 2 and all(c.isupper() for c in letters):
+            lowered = text.lower()
+            first = next(i for i, c in enumerate(lowered) if c.isalpha())
+            return lowered[:first] + lowered[first].upper() + lowered[first + 1 :], True
+        return text, False
 
     def _search(self, rows: list[list[int]], *, beam: int, nbest: int) -> list[list[Hypothesis]]:
         batch = collate(rows, None, range(len(rows))).to(self.device)
@@ -227,10 +241,18 @@ class Translator:
         return result.hypotheses
 
     def _translation(
-        self, source: str, text: str, hyps: list[Hypothesis], *, truncated: bool
+        self, source: str, text: str, hyps: list[Hypothesis], *, truncated: bool, shouted: bool
     ) -> Translation:
         tok = self.tokenizer
         texts = tok.decode_tgt([h.tokens for h in hyps])
+        if any(UNK_ID in h.tokens for h in hyps):
+            surfaces = tok.src_surfaces(text)[: self.config.data.max_len]
+            texts = [
+                self._copy_unknowns(h, t, surfaces) if UNK_ID in h.tokens else t
+                for t, h in zip(texts, hyps, strict=True)
+            ]
+        if shouted:
+            texts = [t.upper() for t in texts]
         best = hyps[0]
         src_tokens = tok.src_pieces(text)[: self.config.data.max_len] + [EOS_PIECE]
         return Translation(
@@ -244,6 +266,16 @@ class Translator:
             nbest=[(t, h.score) for t, h in zip(texts, hyps, strict=True)],
             truncated=truncated,
         )
+
+    def _copy_unknowns(self, h: Hypothesis, text: str, surfaces: list[str]) -> str:
+        """`text` (h decoded) with each unknown target piece replaced by the source text its
+        attention weighs most (Luong et al. 2015, "Addressing the rare word problem"): an
+        emoji or a name in a script the vocabulary lacks comes through as written."""
+        for t, token in enumerate(h.tokens):
+            if token == UNK_ID and surfaces:
+                j = int(h.attention[t, : len(surfaces)].argmax())  # EOS column left out
+                text = text.replace(UNK_MARK, surfaces[j].strip(), 1)  # unknowns in order
+        return " ".join(text.split())  # sentencepiece writes " ⁇ " and a space may follow
 
 
 def _progress(batches: list[list[int]], *, enabled: bool, total: int) -> Iterator[list[int]]:

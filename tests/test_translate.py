@@ -16,7 +16,8 @@ from nmt.checkpoint import CheckpointError
 from nmt.cli import app
 from nmt.display import format_attention, plot_attention, plot_paths
 from nmt.files import read_lines
-from nmt.search import greedy
+from nmt.search import Hypothesis, greedy
+from nmt.tokenizer import UNK_ID
 from nmt.translate import EOS_PIECE, Translator
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -145,6 +146,37 @@ def test_unseen_characters_and_any_unicode(translator):
         assert t.text == tok.decode_tgt([tok.encode_tgt([t.text])[0]])[0] or not t.text
     alone = [translator.translate([text], beam=2)[0].text for text in inputs]
     assert [t.text for t in out] == alone
+
+
+def test_capitals_are_read_in_sentence_case_and_answered_in_capitals(translator):
+    shouted, calm = translator.translate(["A DOG RUNS IN THE PARK!", "A dog runs in the park!"])
+    assert shouted.text == calm.text.upper() and shouted.text != calm.text
+    assert shouted.source == "A DOG RUNS IN THE PARK!"
+    # a capital word in a sentence, or one capital letter, is how the user wrote it
+    for text in ("A dog runs in the NASA park.", "I", "42 \U0001f415"):
+        (t,) = translator.translate([text])
+        assert t.src_tokens[:-1] == translator.tokenizer.src_pieces(text)
+    (summer,) = translator.translate(["\u00c9T\u00c9 2024"])  # ÉTÉ: read as "Été 2024"
+    assert summer.src_tokens[:-1] == translator.tokenizer.src_pieces("\u00c9t\u00e9 2024")
+
+
+def test_unknown_target_pieces_copy_the_source_text_they_attend_to(translator, monkeypatch):
+    """An emoji is <unk> to the vocabulary: the output's <unk> becomes the source text under
+    its strongest attention (here made to point at the emoji)."""
+    tok = translator.tokenizer
+    source = "A dog \U0001f415 runs."
+    surfaces = tok.src_surfaces(source)
+    dog = next(j for j, piece in enumerate(surfaces) if "\U0001f415" in piece)
+    assert tok.encode_src([source])[0][dog] == UNK_ID
+    head, tail = tok.encode_tgt(["Un chien"])[0], tok.encode_tgt(["court."])[0]
+    tokens = [*head, UNK_ID, *tail]
+    attention = torch.full((len(tokens) + 1, len(surfaces) + 1), 0.01)
+    attention[len(head), dog] = 0.9
+    hyp = Hypothesis(tokens=tokens, score=-1.0, logprob=-1.0, attention=attention, finished=True)
+    monkeypatch.setattr(translator, "_search", lambda rows, **_: [[hyp] for _ in rows])
+    (t,) = translator.translate([source])
+    assert t.text == "Un chien \U0001f415 court."
+    assert t.tokens[len(head)] == tok.tgt_pieces([UNK_ID])[0]  # the pieces stay the model's
 
 
 def test_attention_rows_are_distributions_over_the_source_pieces(translator, sentences):
@@ -281,6 +313,58 @@ def test_cli_user_errors_are_one_line_and_exit_2(tiny_run, tmp_path, monkeypatch
     result = nmt("translate", "-m", str(tiny_run.run_dir), *args)
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_cli_interactive_answers_each_line_before_the_next_is_typed(tiny_run, translator):
+    """--interactive: one model load, then each line translated as soon as it arrives (the
+    next one is written only after the answer came back), its time on stderr; EOF leaves."""
+    inputs = ["A dog runs.", "", "Two girls play in the snow."]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nmt", "translate", "--interactive", "-m", str(tiny_run.run_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    answers = []
+    try:
+        for line in inputs:
+            proc.stdin.write(line + "\n")
+            proc.stdin.flush()
+            answers.append(proc.stdout.readline().rstrip("\n"))
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    assert answers == [t.text for t in translator.translate(inputs)]
+    assert proc.stderr is not None
+    times = [line for line in proc.stderr.read().splitlines() if line.endswith(" s)")]
+    assert len(times) == len(inputs)
+
+
+def test_cli_interactive_with_nbest_and_its_errors(tiny_run, sentences):
+    args = ["translate", "-m", str(tiny_run.run_dir), "--interactive"]
+    result = nmt(*args, "--beam", "3", "--nbest", "2", input=f"{sentences[0]}\n{sentences[1]}\n")
+    assert result.exit_code == 0, result.output
+    assert [line.split(" ||| ")[0] for line in result.stdout.splitlines()] == ["0", "0", "1", "1"]
+    result = nmt(*args, "A dog.")
+    assert result.exit_code == 2 and "--interactive reads stdin" in result.stderr
+
+
+def test_translating_imports_no_dataset_metric_or_plot_library(tiny_run):
+    """The translate path stays light: start-up is torch plus the model, nothing else."""
+    code = f"""
+import sys
+from typer.testing import CliRunner
+from nmt.cli import app
+result = CliRunner().invoke(app, ["translate", "-m", {str(tiny_run.run_dir)!r}, "A dog."])
+assert result.exit_code == 0, result.output
+libraries = ("datasets", "pyarrow", "pandas", "sacrebleu", "matplotlib")
+heavy = [m for m in libraries if m in sys.modules]
+assert not heavy, heavy
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_cli_progress_bar_stays_off_stdout(tiny_run, sentences):
