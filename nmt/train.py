@@ -357,6 +357,9 @@ def _average_last(
     tc = ts.cfg.train
     paths = step_checkpoints(run.dir)[-tc.average_last :]
     path = run.dir / AVERAGED_NAME
+    if len(paths) < 2:  # the mean of one checkpoint is that checkpoint: nothing to gain
+        log(f"train.average_last: {len(paths)} step checkpoint(s), nothing to average")
+        return
     averaged = write_average(paths, path)
     ts.model.load_state_dict(averaged["model"])
     scores = validate(ts.model, prepared, ts.cfg, ts.device, ts.precision)

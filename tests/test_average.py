@@ -132,6 +132,21 @@ def test_an_average_worse_than_the_best_checkpoint_is_not_kept(tmp_path, monkeyp
     assert any("below the best checkpoint's bleu (30.00): not kept" in line for line in said)
 
 
+def test_average_last_with_one_step_checkpoint_writes_nothing(tmp_path, monkeypatch):
+    _fake_validation(monkeypatch, [10.0])  # one validation; a second call would fail
+    cfg = tiny(
+        tmp_path,
+        "train.max_steps=2",
+        "train.valid_every=2",
+        "train.average_last=3",
+        "train.keep_last=3",
+    )
+    said: list[str] = []
+    fit(cfg, log=said.append)
+    assert not (cfg.run_dir / AVERAGED_NAME).exists()
+    assert any("1 step checkpoint(s), nothing to average" in line for line in said)
+
+
 def test_average_last_above_keep_last_is_a_config_error(tmp_path):
     with pytest.raises(NmtError, match="train.keep_last"):
         tiny(tmp_path, "train.average_last=4", "train.keep_last=3")
