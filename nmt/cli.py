@@ -267,7 +267,7 @@ def translate(
     """
 
     with user_errors():
-        from nmt.display import format_attention, plot_attention, plot_paths
+        from nmt.display import plot_paths
         from nmt.files import check_writable, read_lines, write_lines
         from nmt.translate import Translator
 
@@ -307,17 +307,9 @@ def translate(
         blocks = [_lines_of(t, i, nbest) for i, t in enumerate(out)]
         if output is not None:
             write_lines(output, [line for block in blocks for line in block])
-        for t, block in zip(out, blocks, strict=True):
-            if output is None:
-                for line in block:
-                    typer.echo(line)
-            if show_attention:
-                typer.echo(format_attention(t) + "\n")
-        if attention_plot is not None:
-            for t, path in zip(out, plot_paths(attention_plot, len(out)), strict=True):
-                if t.src_tokens:  # an empty input has no attention to draw
-                    plot_attention(t, path)
-                    typer.echo(f"attention plot: {path}", err=True)
+        plots = plot_paths(attention_plot, len(out)) if attention_plot else [None] * len(out)
+        for t, block, plot in zip(out, blocks, plots, strict=True):
+            _show(t, block if output is None else [], show_attention=show_attention, plot=plot)
 
 
 def _lines_of(t: Translation, i: int, nbest: int) -> list[str]:
@@ -325,6 +317,20 @@ def _lines_of(t: Translation, i: int, nbest: int) -> list[str]:
     if nbest > 1:
         return [f"{i} ||| {text} ||| {score:.4f}" for text, score in t.nbest]
     return [t.text]
+
+
+def _show(t: Translation, lines: list[str], *, show_attention: bool, plot: Path | None) -> None:
+    """Print a translation's lines, its attention matrix if asked, and draw its heatmap to
+    `plot` (an empty input has no attention to draw)."""
+    from nmt.display import format_attention, plot_attention
+
+    for line in lines:
+        typer.echo(line)
+    if show_attention:
+        typer.echo(format_attention(t) + "\n")
+    if plot is not None and t.src_tokens:
+        plot_attention(t, plot)
+        typer.echo(f"attention plot: {plot}", err=True)
 
 
 def _interactive(
@@ -339,7 +345,7 @@ def _interactive(
     printed and flushed at once with its time on stderr; end of input (Ctrl-D) leaves."""
     import time
 
-    from nmt.display import format_attention, numbered_path, plot_attention
+    from nmt.display import numbered_path
 
     if sys.stdin.isatty():
         typer.echo("type a sentence and press Enter; Ctrl-D leaves", err=True)
@@ -347,14 +353,8 @@ def _interactive(
         start = time.perf_counter()
         (t,) = translator.translate([line.rstrip("\r\n")], beam=beam, nbest=nbest, progress=False)
         seconds = time.perf_counter() - start
-        for text in _lines_of(t, i, nbest):
-            typer.echo(text)
-        if show_attention:
-            typer.echo(format_attention(t) + "\n")
-        if attention_plot is not None and t.src_tokens:
-            path = numbered_path(attention_plot, i + 1)
-            plot_attention(t, path)
-            typer.echo(f"attention plot: {path}", err=True)
+        plot = numbered_path(attention_plot, i + 1) if attention_plot is not None else None
+        _show(t, _lines_of(t, i, nbest), show_attention=show_attention, plot=plot)
         typer.echo(f"({seconds:.2f} s)", err=True)
         sys.stdout.flush()
 

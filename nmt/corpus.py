@@ -196,11 +196,12 @@ def _locate(d: DataConfig, c: CorpusConfig, split: str) -> str:
     if split.startswith(("http://", "https://")):
         return split
     path = Path(split) if Path(split).is_absolute() else Path(c.dir) / split
-    if not path.is_file() and c.download == "tatoeba" and c.format == "tsv":
-        _check_root(d, c, [split])
+    if path.is_file():
+        return str(path)
+    _check_root(d, c, [split])
+    if c.download == "tatoeba" and c.format == "tsv":
         download_tatoeba(path, d.tgt_lang if d.src_lang == "en" else d.src_lang, d.key_of(c))
-    if not path.is_file():
-        _check_root(d, c, [split])
+    else:
         raise DataError(
             f"{path}: no such file ({d.key_of(c)}.format {c.format}: a split names a file "
             f"relative to the corpus folder {c.dir}, an absolute path or an http(s) URL)"
