@@ -355,8 +355,8 @@ def _interactive(
         seconds = time.perf_counter() - start
         plot = numbered_path(attention_plot, i + 1) if attention_plot is not None else None
         _show(t, _lines_of(t, i, nbest), show_attention=show_attention, plot=plot)
+        sys.stdout.flush()  # the answer first, then its time on stderr
         typer.echo(f"({seconds:.2f} s)", err=True)
-        sys.stdout.flush()
 
 
 @app.command()
