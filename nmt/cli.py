@@ -419,6 +419,14 @@ def eval_(
     ref: Annotated[
         Path | None, typer.Option("--ref", help="Reference translations of --src, one a line.")
     ] = None,
+    tests_of: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Score on this config's test sets instead of the run's own, e.g. to compare "
+            "two models on the same sets.",
+        ),
+    ] = None,
     bleu: Annotated[
         bool, typer.Option("--bleu", help="Score BLEU (the default when no metric is named).")
     ] = False,
@@ -470,6 +478,9 @@ def eval_(
             raise NmtError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         if (src is None) != (ref is None):
             raise NmtError("--src and --ref go together: a source file and its references")
+        if src is not None and tests_of is not None:
+            raise NmtError("--config and --src/--ref: name one source of test sets, not both")
+        other = load_config(tests_of) if tests_of is not None else None
         if output is not None:
             check_writable(output, "--output")
         metrics = [m for m, on in (("bleu", bleu), ("chrf", chrf)) if on] or ["bleu"]
@@ -485,11 +496,17 @@ def eval_(
         translator = Translator.from_checkpoint(
             model or None, device, precision=precision, log=_warn
         )
+        pair = (translator.config.data.src_lang, translator.config.data.tgt_lang)
+        if other is not None and (other.data.src_lang, other.data.tgt_lang) != pair:
+            raise NmtError(
+                f"--config {tests_of}: its test sets are {other.data.src_lang}->"
+                f"{other.data.tgt_lang}, but the model translates {pair[0]}->{pair[1]}"
+            )
         if given:
             sets = given
         else:
             cache = translator.run_dir / "data" / "hf" if translator.run_dir else None
-            sets = test_sets(translator.config, cache)
+            sets = test_sets(other or translator.config, cache)
         if output is not None and len(sets) > 1:
             names = ", ".join(s[0] for s in sets)
             raise NmtError(f"--output: the config has {len(sets)} test sets ({names}), one file")

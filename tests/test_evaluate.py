@@ -153,6 +153,44 @@ def test_eval_wmt_mmt_protocol(tiny_run, tmp_path):
     assert report["protocol"] == "wmt-mmt"
 
 
+def test_eval_on_another_configs_test_sets(tiny_run, tmp_path, monkeypatch):
+    """Two models compared on the same sets: --config names whose test sets are scored, here
+    a two-corpus config whose second test set is held out of a TSV file."""
+    monkeypatch.delenv("NMT_DATA_DIR", raising=False)  # the config's own data.root
+    rows = [f"{s}\t{t}" for s, t in zip(tiny_run.train_src, tiny_run.train_tgt, strict=True)]
+    (tmp_path / "chat").mkdir()
+    write(tmp_path / "chat" / "chat.tsv", rows)
+    config = tmp_path / "other.yaml"
+    config.write_text(
+        f"""data:
+  root: {tmp_path}
+  corpora:
+    - {{name: tiny, dir: {TINY}, train: train, valid: val, test: [test]}}
+    - {{name: chat, format: tsv, train: chat.tsv, valid_size: 4, test_size: 6}}
+""",
+        encoding="utf-8",
+    )
+    result = nmt("eval", "-m", str(tiny_run.run_dir), "--config", str(config), "--json")
+    assert result.exit_code == 0, result.output
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["split"], r["n"]) for r in reports] == [("tiny/test", 8), ("chat/test", 6)]
+    hyps = tiny_run.run_dir / "eval" / "tiny.test.beam3.hyp"
+    assert reports[0]["bleu"] == pytest.approx(
+        float(sacrebleu_cli(TINY / "test.fr", hyps, "--score-only", "-w", "6")), abs=1e-6
+    )
+
+
+def test_eval_config_of_another_language_pair_is_refused(tiny_run, tmp_path):
+    config = tmp_path / "de.yaml"
+    config.write_text(
+        f"data: {{dir: {TINY}, src_lang: de, tgt_lang: fr, train: train, valid: val}}\n",
+        encoding="utf-8",
+    )
+    result = nmt("eval", "-m", str(tiny_run.run_dir), "--config", str(config))
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "its test sets are de->fr, but the model translates en->fr" in result.stderr
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -160,6 +198,8 @@ def test_eval_wmt_mmt_protocol(tiny_run, tmp_path):
         (["--src", "a.en", "--ref", "short.fr"], "--src a.en has 2 lines but --ref short.fr has 1"),
         (["--src", "a.en", "--ref", "missing.fr"], "missing.fr: no such file"),
         (["--protocol", "multi-bleu"], "--protocol 'multi-bleu'"),
+        (["--src", "a.en", "--ref", "a.en", "--config", "x.yaml"], "name one source of test"),
+        (["--config", "missing.yaml"], "missing.yaml: file not found"),
     ],
 )
 def test_eval_user_errors_are_one_line_and_exit_2(tiny_run, tmp_path, monkeypatch, args, message):
