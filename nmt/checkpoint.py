@@ -91,16 +91,19 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
     atomic_write(path, lambda f: torch.save({"format": FORMAT_VERSION, **state}, f))
 
 
-def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(
+    path: Path, map_location: str | torch.device = "cpu", *, mmap: bool = False
+) -> dict[str, Any]:
     """Read a checkpoint written by `save_checkpoint`.
 
     `weights_only=True` unpickles plain data only: a file crafted to run code when loaded
-    is refused before anything in it runs.
+    is refused before anything in it runs. `mmap` maps the tensors instead of reading them:
+    what is never used (the optimizer's moments, to a translator) costs nothing.
     """
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         # torch explains a refused global over many lines; its first line names it.
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -172,7 +175,7 @@ def load_for_inference(model: str | Path | None, device: str | torch.device = "c
     from nmt.model import build_model
 
     path = resolve_checkpoint(model)
-    state = load_checkpoint(path)
+    state = load_checkpoint(path, mmap=True)
     try:
         cfg = config_from_dict(state["config"], source=str(path))
     except ConfigError as e:
