@@ -118,6 +118,13 @@ class DataConfig(CorpusConfig):
         3.0, min=1.0, help="longest/shortest side, above it a pair is dropped"
     )
     lowercase: bool = False
+    invented_names: float = _opt(
+        0.0,
+        min=0.0,
+        max=1.0,
+        help="fraction of training pairs with a name on both sides that also train with an "
+        "invented name in its place (nmt.augment: teaches copying unseen names)",
+    )
     cache: bool = True
 
     def corpus_list(self) -> tuple[CorpusConfig, ...]:

@@ -304,6 +304,7 @@ class RawSplit:
     total: int  # rows read (train: before duplicates were removed)
     removed: dict[str, int] = field(default_factory=dict)  # reason -> training pairs
     weight: float = 1.0
+    invented: int = 0  # copies with invented names added (nmt.augment), train only
 
 
 DUPLICATE = "duplicates"

@@ -20,6 +20,7 @@ from typing import Any
 
 import datasets
 
+from nmt.augment import name_copies
 from nmt.batching import make_batches, padding_fraction
 from nmt.config import Config, DataConfig
 from nmt.corpus import TEXT, DataError, RawSplit, load_splits
@@ -85,6 +86,7 @@ class SplitReport:
     dropped: dict[str, int]  # reason -> pairs (train only): duplicates, cleaning
     truncated: int  # sources cut to data.max_len (valid/test only)
     weight: float = 1.0  # train: times each kept pair is seen an epoch
+    invented: int = 0  # train: copies with an invented name added (data.invented_names)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,10 @@ class DataReport:
     def lines(self) -> list[str]:
         out = []
         for s in self.splits:
-            line = f"data: {s.role} '{s.name}': {s.total} pairs, {s.kept} kept"
+            line = f"data: {s.role} '{s.name}': {s.total} pairs"
+            if s.invented:
+                line += f" and {s.invented} copies with invented names"
+            line += f", {s.kept} kept"
             drops = [f"{n} {reason}" for reason, n in s.dropped.items() if n]
             if drops:
                 line += ", dropped " + ", ".join(drops)
@@ -163,6 +168,9 @@ def prepare(cfg: Config, *, log: Callable[[str], None] = print) -> Prepared:
         reports = [SplitReport(**r) for r in meta["splits"]]
         tokenized = [datasets.load_from_disk(str(cache_dir / f"{i}")) for i in range(len(raw))]
     else:
+        if d.invented_names:
+            for i, r in enumerate(trains):
+                _add_invented_names(r, d.invented_names, seed=i)
         tokenized, reports = [], []
         for i, r in enumerate(raw):
             out, counts = _tokenize(r, tokenizer, d, fingerprint=f"{key[:48]}-{i}")
@@ -218,6 +226,14 @@ def prepare(cfg: Config, *, log: Callable[[str], None] = print) -> Prepared:
         report=report,
         valid_parts=valid_parts,
     )
+
+
+def _add_invented_names(raw: RawSplit, fraction: float, *, seed: int) -> None:
+    """Append to a train split its copies with invented names (`nmt.augment`)."""
+    src, tgt = name_copies(raw.texts["src"][:], raw.texts["tgt"][:], fraction, seed=seed)
+    copies = datasets.Dataset.from_dict({"src": src, "tgt": tgt}, features=raw.texts.features)
+    raw.texts = datasets.concatenate_datasets([raw.texts, copies])
+    raw.invented = len(src)
 
 
 def _weighted_rows(n: int, weight: float, *, seed: int) -> list[int]:
@@ -277,6 +293,7 @@ def _tokenize(
         dropped={**raw.removed, **cleaning} if role == "train" else {},
         truncated=counts["cut"],
         weight=raw.weight,
+        invented=raw.invented,
     )
     return out, report
 
