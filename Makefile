@@ -14,13 +14,18 @@ BENCH_MINUTES ?= 2
 # own (data/, where missing corpora are downloaded). NMT_DATA_DIR=... make train overrides.
 train: export NMT_DATA_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data))
 
-.PHONY: install test check train bench clean
+.PHONY: install install-browser test check train bench clean
 
 install:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
 	$(BIN)/pip install --quiet -e ".[dev]"
+
+# Headless Chromium (Debian's package) for the browser test of `nmt serve`'s page
+# (tests/test_page.py, skipped without it).
+install-browser:
+	$(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y --no-install-recommends chromium
 
 test:
 	$(BIN)/pytest

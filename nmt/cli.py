@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from nmt.batcher import Limits
 from nmt.config import Config, ConfigError, load_config
 from nmt.errors import NmtError
 
@@ -535,3 +536,78 @@ def eval_(
                 f"({rate:.1f} sentences/s); hypotheses in {report.hypotheses}",
                 err=True,
             )
+
+
+# --------------------------------------------------------------------------- serve
+
+
+@app.command()
+def serve(
+    model: ModelOpt = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on; 0.0.0.0 opens it to the network.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port; 0 picks a free one.")] = 8080,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
+    max_batch: Annotated[
+        int,
+        typer.Option(
+            "--max-batch",
+            help="Sentences of concurrent requests decoded together (1: one request at a time).",
+        ),
+    ] = Limits.batch_sentences,
+    batch_wait_ms: Annotated[
+        float, typer.Option("--batch-wait-ms", help="How long a request waits for others.")
+    ] = Limits.batch_wait_ms,
+    max_sentences: Annotated[
+        int, typer.Option("--max-sentences", help="Sentences in one request.")
+    ] = Limits.max_sentences,
+    max_chars: Annotated[
+        int, typer.Option("--max-chars", help="Characters in one sentence.")
+    ] = Limits.max_chars,
+    max_beam: Annotated[
+        int, typer.Option("--max-beam", help="Largest beam a request may ask for.")
+    ] = Limits.max_beam,
+    log_level: Annotated[
+        str,
+        typer.Option("--log-level", help="uvicorn's: debug, info (a line a request), warning."),
+    ] = "info",
+) -> None:
+    """Serve a model over HTTP: POST /translate, GET /health, /info, /docs, and a page at /.
+
+    Example: nmt serve --model runs/latest, then
+    curl -s localhost:8080/translate -d '{"text": "A dog runs."}'
+    Concurrent requests are decoded together; each gets what it would have got alone.
+    SIGTERM or Ctrl-C answers the requests under way, then exits.
+    """
+
+    with user_errors():
+        from nmt.serve import ServeOptions
+        from nmt.serve import serve as run_server
+        from nmt.translate import Translator
+
+        for flag, value, least in (
+            ("--max-batch", max_batch, 1),
+            ("--batch-wait-ms", batch_wait_ms, 0),
+            ("--max-sentences", max_sentences, 1),
+            ("--max-chars", max_chars, 1),
+            ("--max-beam", max_beam, 1),
+        ):
+            if value < least:
+                raise NmtError(f"{flag} {value}: expected at least {least}")
+        if not 0 <= port <= 65535:
+            raise NmtError(f"--port {port}: expected 0 to 65535")
+        limits = Limits(
+            batch_sentences=max_batch,
+            batch_wait_ms=batch_wait_ms,
+            max_sentences=max_sentences,
+            max_chars=max_chars,
+            max_beam=max_beam,
+        )
+        translator = Translator.from_checkpoint(
+            model or None, device, precision=precision, log=_warn
+        )
+        run_server(
+            translator, ServeOptions(host=host, port=port, limits=limits, log_level=log_level)
+        )
