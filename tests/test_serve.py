@@ -200,3 +200,29 @@ def test_cli_errors_are_one_line_and_exit_2(tiny_run):
             assert done.stderr.count("\n") == 1 and message in done.stderr
     finally:
         taken.close()
+
+
+def test_a_decoding_failure_fails_its_request_not_the_server(tiny_run):
+    """In process: a translator that raises once answers that request with a 500 naming the
+    error; the next request is served."""
+    from fastapi.testclient import TestClient
+
+    from nmt.serve import create_app
+
+    translator = Translator.from_checkpoint(tiny_run.run_dir)
+    real = translator.translate
+    calls = []
+
+    def flaky(sentences, **kw):
+        calls.append(sentences)
+        if len(calls) == 1:
+            raise RuntimeError("out of memory")
+        return real(sentences, **kw)
+
+    translator.translate = flaky  # type: ignore[method-assign]
+    with TestClient(create_app(translator)) as client:
+        r = client.post("/translate", json={"text": "a dog"})
+        assert r.status_code == 500 and r.json()["detail"] == "text: decoding failed (RuntimeError)"
+        r = client.post("/translate", json={"text": "a dog"})
+        assert r.status_code == 200 and r.json()["translations"][0]["text"]
+        assert client.get("/health").json()["errors"] == 1
