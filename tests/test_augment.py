@@ -42,6 +42,16 @@ def test_shared_name_is_a_capitalised_word_used_alike_on_both_sides():
         None,
     ]
     assert shared_name("Tomás laughs.", "Tom rit.") is None  # whole words only
+    # A capitalised word the corpus also writes in lowercase is a common word, not a name.
+    assert shared_name("Six dogs run.", "Six chiens courent.") == "Six"
+    assert shared_name("Six dogs run.", "Six chiens courent.", {"six"}) is None
+    assert shared_name("Six men saw Tom.", "Six hommes ont vu Tom.", {"six"}) == "Tom"
+
+
+def test_copies_leave_words_the_corpus_writes_in_lowercase():
+    src = ["Six dogs run.", "I see six cats."]
+    tgt = ["Six chiens courent.", "Je vois six chats."]
+    assert name_copies(src, tgt, 1.0, seed=0) == ([], [])
 
 
 def test_invented_names_start_with_a_consonant_and_vary():
