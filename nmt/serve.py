@@ -24,7 +24,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nmt.batcher import Batcher, Limits
+from nmt.batcher import Batcher
+from nmt.limits import Limits
 from nmt.translate import Translation, Translator
 
 

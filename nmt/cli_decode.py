@@ -1,0 +1,384 @@
+"""The decoding commands of `nmt`: translate, eval and serve (registered in `nmt.cli`).
+
+Each parses its options, loads a `Translator` and calls one library function; torch and the
+rest are imported inside them, so `nmt --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from nmt.cli_shared import (
+    BatchSizeOpt,
+    BeamOpt,
+    DeviceOpt,
+    ModelOpt,
+    PrecisionOpt,
+    ProgressOpt,
+    show_progress,
+    user_errors,
+    warn,
+)
+from nmt.config import load_config
+from nmt.errors import NmtError
+from nmt.limits import Limits
+
+if TYPE_CHECKING:
+    from nmt.translate import Translation, Translator
+
+
+def translate(
+    sentences: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Sentences to translate. With none, stdin is read, one sentence a line.",
+            show_default=False,
+        ),
+    ] = None,
+    model: ModelOpt = None,
+    input_: Annotated[
+        Path | None, typer.Option("--input", "-i", help="Read sentences from FILE, one a line.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write translations to FILE.")
+    ] = None,
+    beam: BeamOpt = None,
+    nbest: Annotated[
+        int,
+        typer.Option(
+            "--nbest",
+            help="Print the N best translations of each input, one a line: "
+            "`INPUT_NUMBER ||| TEXT ||| SCORE` (numbered from 0, best first).",
+        ),
+    ] = 1,
+    batch_size: BatchSizeOpt = None,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
+    show_attention: Annotated[
+        bool,
+        typer.Option(
+            "--show-attention",
+            help="Print each attention matrix: source pieces across, target pieces down, "
+            "weights in percent.",
+        ),
+    ] = False,
+    attention_plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--attention-plot",
+            help="Write the attention heatmap to FILE.png (several inputs: FILE-1.png, "
+            "FILE-2.png, ... by input line).",
+            metavar="FILE.png",
+        ),
+    ] = None,
+    progress: ProgressOpt = None,
+    interactive: Annotated[
+        bool,
+        typer.Option(
+            "--interactive",
+            help="Load the model once, then translate each line of stdin as it comes, with "
+            "the time it took; Ctrl-D leaves. The default when stdin is a terminal and no "
+            "sentence or --input is given.",
+        ),
+    ] = False,
+) -> None:
+    """Translate sentences given as arguments, from stdin, or from a file.
+
+    Example: nmt translate "Two dogs play in the snow." --beam 5 --show-attention
+    Empty lines give empty lines; inputs longer than the model's data.max_len are cut, with
+    a warning.
+    """
+
+    with user_errors():
+        from nmt.display import plot_paths
+        from nmt.files import check_writable, read_lines, write_lines
+        from nmt.translate import Translator
+
+        if sentences and input_ is not None:
+            raise NmtError("give sentences as arguments or --input FILE, not both")
+        if interactive and (sentences or input_ is not None or output is not None):
+            raise NmtError(
+                "--interactive reads stdin and prints: not with sentences, --input or --output"
+            )
+        if interactive or (not sentences and input_ is None and sys.stdin.isatty()):
+            _interactive(
+                Translator.from_checkpoint(model or None, device, precision=precision, log=warn),
+                beam=beam,
+                nbest=nbest,
+                show_attention=show_attention,
+                attention_plot=attention_plot,
+            )
+            return
+        if attention_plot is not None and attention_plot.suffix.lower() != ".png":
+            raise NmtError(f"--attention-plot {attention_plot}: expected a file name ending .png")
+        # Before any decoding: a bad output path should not cost a whole translation run.
+        if output is not None:
+            check_writable(output, "--output")
+        if attention_plot is not None:
+            check_writable(attention_plot, "--attention-plot")
+        lines = list(sentences) if sentences else read_lines(input_)
+        translator = Translator.from_checkpoint(
+            model or None, device, precision=precision, log=warn
+        )
+        out = translator.translate(
+            lines,
+            beam=beam,
+            nbest=nbest,
+            batch_size=batch_size,
+            progress=show_progress(progress),
+        )
+        blocks = [_lines_of(t, i, nbest) for i, t in enumerate(out)]
+        if output is not None:
+            write_lines(output, [line for block in blocks for line in block])
+        plots = plot_paths(attention_plot, len(out)) if attention_plot else [None] * len(out)
+        for t, block, plot in zip(out, blocks, plots, strict=True):
+            _show(t, block if output is None else [], show_attention=show_attention, plot=plot)
+
+
+def _lines_of(t: Translation, i: int, nbest: int) -> list[str]:
+    """What is printed for input number i: its translation, or its n best with scores."""
+    if nbest > 1:
+        return [f"{i} ||| {text} ||| {score:.4f}" for text, score in t.nbest]
+    return [t.text]
+
+
+def _show(t: Translation, lines: list[str], *, show_attention: bool, plot: Path | None) -> None:
+    """Print a translation's lines, its attention matrix if asked, and draw its heatmap to
+    `plot` (an empty input has no attention to draw)."""
+    from nmt.display import format_attention, plot_attention
+
+    for line in lines:
+        typer.echo(line)
+    if show_attention:
+        typer.echo(format_attention(t) + "\n")
+    if plot is not None and t.src_tokens:
+        plot_attention(t, plot)
+        typer.echo(f"attention plot: {plot}", err=True)
+
+
+def _interactive(
+    translator: Translator,
+    *,
+    beam: int | None,
+    nbest: int,
+    show_attention: bool,
+    attention_plot: Path | None,
+) -> None:
+    """Translate stdin line by line as it comes (the model loaded once), each translation
+    printed and flushed at once with its time on stderr; end of input (Ctrl-D) leaves."""
+    import time
+
+    from nmt.display import numbered_path
+
+    if sys.stdin.isatty():
+        typer.echo("type a sentence and press Enter; Ctrl-D leaves", err=True)
+    for i, line in enumerate(iter(sys.stdin.readline, "")):
+        start = time.perf_counter()
+        (t,) = translator.translate([line.rstrip("\r\n")], beam=beam, nbest=nbest, progress=False)
+        seconds = time.perf_counter() - start
+        plot = numbered_path(attention_plot, i + 1) if attention_plot is not None else None
+        _show(t, _lines_of(t, i, nbest), show_attention=show_attention, plot=plot)
+        sys.stdout.flush()  # the answer first, then its time on stderr
+        typer.echo(f"({seconds:.2f} s)", err=True)
+
+
+def eval_(
+    model: ModelOpt = None,
+    src: Annotated[
+        Path | None,
+        typer.Option("--src", help="Source file to translate instead of the config's test sets."),
+    ] = None,
+    ref: Annotated[
+        Path | None, typer.Option("--ref", help="Reference translations of --src, one a line.")
+    ] = None,
+    tests_of: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Score on this config's test sets instead of the run's own, e.g. to compare "
+            "two models on the same sets.",
+        ),
+    ] = None,
+    bleu: Annotated[
+        bool, typer.Option("--bleu", help="Score BLEU (the default when no metric is named).")
+    ] = False,
+    chrf: Annotated[bool, typer.Option("--chrf", help="Score chrF.")] = False,
+    beam: BeamOpt = None,
+    batch_size: BatchSizeOpt = None,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
+    lowercase: Annotated[
+        bool, typer.Option("--lowercase", help="Case-insensitive scores (sacrebleu -lc).")
+    ] = False,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            "--protocol",
+            help="sacrebleu: detokenized text, sacrebleu's tokenizer. wmt-mmt: the Multi30k "
+            "shared-task protocol (lowercased, punctuation-normalised, Moses-tokenized), "
+            "comparable with the papers.",
+        ),
+    ] = "sacrebleu",
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per test set.")
+    ] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the hypotheses to FILE. Default: RUN_DIR/eval/SPLIT.beamK.hyp.",
+        ),
+    ] = None,
+    progress: ProgressOpt = None,
+) -> None:
+    """Translate a test set and score it with sacrebleu, signature included.
+
+    Example: nmt eval --bleu --chrf --beam 5 --protocol wmt-mmt
+    Without --src/--ref, the run's config's test split(s) are used. The BLEU printed equals
+    `sacrebleu REF -i HYP` on the references and the hypothesis file written.
+    """
+
+    with user_errors():
+        import json
+
+        from nmt.evaluate import PROTOCOLS, evaluate_split, test_sets
+        from nmt.files import check_writable, read_lines
+        from nmt.translate import Translator
+
+        if protocol not in PROTOCOLS:
+            raise NmtError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        if (src is None) != (ref is None):
+            raise NmtError("--src and --ref go together: a source file and its references")
+        if src is not None and tests_of is not None:
+            raise NmtError("--config and --src/--ref: name one source of test sets, not both")
+        other = load_config(tests_of) if tests_of is not None else None
+        if output is not None:
+            check_writable(output, "--output")
+        metrics = [m for m, on in (("bleu", bleu), ("chrf", chrf)) if on] or ["bleu"]
+        given: list[tuple[str, list[str], list[str]]] = []
+        if src is not None and ref is not None:  # read and checked before the model loads
+            name = src.name.split(".")[0] or src.name  # test_2016_flickr.en -> test_2016_flickr
+            given = [(name, read_lines(src), read_lines(ref))]
+            if len(given[0][1]) != len(given[0][2]):
+                raise NmtError(
+                    f"--src {src} has {len(given[0][1])} lines but --ref {ref} has "
+                    f"{len(given[0][2])}: they must be aligned line by line"
+                )
+        translator = Translator.from_checkpoint(
+            model or None, device, precision=precision, log=warn
+        )
+        pair = (translator.config.data.src_lang, translator.config.data.tgt_lang)
+        if other is not None and (other.data.src_lang, other.data.tgt_lang) != pair:
+            raise NmtError(
+                f"--config {tests_of}: its test sets are {other.data.src_lang}->"
+                f"{other.data.tgt_lang}, but the model translates {pair[0]}->{pair[1]}"
+            )
+        if given:
+            sets = given
+        else:
+            cache = translator.run_dir / "data" / "hf" if translator.run_dir else None
+            sets = test_sets(other or translator.config, cache)
+        if output is not None and len(sets) > 1:
+            names = ", ".join(s[0] for s in sets)
+            raise NmtError(f"--output: the config has {len(sets)} test sets ({names}), one file")
+        for name, sources, refs in sets:
+            report = evaluate_split(
+                translator,
+                split=name,
+                sources=sources,
+                references=refs,
+                hyp_path=output,
+                metrics=metrics,
+                beam=beam,
+                batch_size=batch_size,
+                lowercase=lowercase,
+                protocol=protocol,
+                progress=show_progress(progress),
+            )
+            if json_:
+                typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
+                continue
+            for score in report.scores.values():
+                typer.echo(score.line)
+            rate = report.n / report.seconds if report.seconds > 0 else float("inf")
+            typer.echo(
+                f"{name}: {report.n} sentences, beam {report.beam}, {report.seconds:.1f} s "
+                f"({rate:.1f} sentences/s); hypotheses in {report.hypotheses}",
+                err=True,
+            )
+
+
+def serve(
+    model: ModelOpt = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on; 0.0.0.0 opens it to the network.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port; 0 picks a free one.")] = 8080,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
+    max_batch: Annotated[
+        int,
+        typer.Option(
+            "--max-batch",
+            help="Sentences of concurrent requests decoded together (1: one request at a time).",
+        ),
+    ] = Limits.batch_sentences,
+    batch_wait_ms: Annotated[
+        float, typer.Option("--batch-wait-ms", help="How long a request waits for others.")
+    ] = Limits.batch_wait_ms,
+    max_sentences: Annotated[
+        int, typer.Option("--max-sentences", help="Sentences in one request.")
+    ] = Limits.max_sentences,
+    max_chars: Annotated[
+        int, typer.Option("--max-chars", help="Characters in one sentence.")
+    ] = Limits.max_chars,
+    max_beam: Annotated[
+        int, typer.Option("--max-beam", help="Largest beam a request may ask for.")
+    ] = Limits.max_beam,
+    log_level: Annotated[
+        str,
+        typer.Option("--log-level", help="uvicorn's: debug, info (a line a request), warning."),
+    ] = "info",
+) -> None:
+    """Serve a model over HTTP: POST /translate, GET /health, /info, /docs, and a page at /.
+
+    Example: nmt serve --model runs/latest, then
+    curl -s localhost:8080/translate -d '{"text": "A dog runs."}'
+    Concurrent requests are decoded together; each gets what it would have got alone.
+    SIGTERM or Ctrl-C answers the requests under way, then exits.
+    """
+
+    with user_errors():
+        from nmt.serve import ServeOptions
+        from nmt.serve import serve as run_server
+        from nmt.translate import Translator
+
+        for flag, value, least in (
+            ("--max-batch", max_batch, 1),
+            ("--batch-wait-ms", batch_wait_ms, 0),
+            ("--max-sentences", max_sentences, 1),
+            ("--max-chars", max_chars, 1),
+            ("--max-beam", max_beam, 1),
+        ):
+            if value < least:
+                raise NmtError(f"{flag} {value}: expected at least {least}")
+        if not 0 <= port <= 65535:
+            raise NmtError(f"--port {port}: expected 0 to 65535")
+        limits = Limits(
+            batch_sentences=max_batch,
+            batch_wait_ms=batch_wait_ms,
+            max_sentences=max_sentences,
+            max_chars=max_chars,
+            max_beam=max_beam,
+        )
+        translator = Translator.from_checkpoint(
+            model or None, device, precision=precision, log=warn
+        )
+        run_server(
+            translator, ServeOptions(host=host, port=port, limits=limits, log_level=log_level)
+        )

@@ -1,0 +1,116 @@
+"""What the `nmt` commands share: option types, and turning a user's mistake into one line.
+
+Mistakes a user can fix (`NmtError`) become one line on stderr and exit code 2, never a
+traceback (with `--debug`, the traceback too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from nmt.config import Config, ConfigError, load_config
+from nmt.errors import NmtError
+
+ConfigArg = Annotated[
+    Path, typer.Argument(help="YAML config file, e.g. configs/multi30k_en_fr.yaml")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a config key, type-checked like the file: --set train.lr=0.0005 "
+        "(repeatable).",
+        metavar="KEY=VALUE",
+    ),
+]
+
+ModelOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Run directory or checkpoint file. Default: the latest trained run (runs/latest). "
+        "Repeat for an ensemble (log-probabilities averaged per step; one tokenizer).",
+        metavar="RUN_DIR_OR_CHECKPOINT",
+    ),
+]
+BeamOpt = Annotated[
+    int | None,
+    typer.Option("--beam", "-b", help="Beam size, 1 = greedy. Default: the run's decode.beam."),
+]
+BatchSizeOpt = Annotated[
+    int | None,
+    typer.Option("--batch-size", help="Sentences decoded at once. Default: decode.batch_size."),
+]
+DeviceOpt = Annotated[
+    str,
+    typer.Option("--device", help="auto (a GPU where there is one, else cpu), cpu, cuda, cuda:N."),
+]
+PrecisionOpt = Annotated[
+    str,
+    typer.Option(
+        "--precision",
+        help="fp32; bf16 (CPUs with bf16 units and recent GPUs; scores differ slightly); "
+        "fp16 (GPU); auto (bf16 or fp16 on a GPU, bf16 on CPUs with bf16 units, else fp32).",
+    ),
+]
+ProgressOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--progress/--no-progress",
+        help="Progress bar on stderr. Default: when stderr is a terminal.",
+        show_default=False,
+    ),
+]
+
+
+def fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+_show_tracebacks = False
+
+
+def show_tracebacks(on: bool) -> None:
+    """`--debug`: errors print their traceback as well as their line."""
+    global _show_tracebacks
+    _show_tracebacks = on
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Mistakes a user can fix become one line each on stderr and exit code 2 (with
+    `--debug`, the traceback too); Ctrl-C outside training exits 130."""
+    try:
+        yield
+    except NmtError as e:
+        if _show_tracebacks:
+            traceback.print_exc()
+        lines = [f"{e.source}: {p}" for p in e.problems] if isinstance(e, ConfigError) else [str(e)]
+        for line in lines:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from None
+
+
+def load(config: Path, overrides: list[str] | None) -> Config:
+    with user_errors():
+        return load_config(config, overrides or [])
+
+
+def warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)
+
+
+def show_progress(progress: bool | None) -> bool:
+    return sys.stderr.isatty() if progress is None else progress
