@@ -186,6 +186,7 @@ def load_for_inference(model: str | Path | None, device: str | torch.device = "c
         src_vocab_size=tokenizer.src_vocab_size,
         tgt_vocab_size=tokenizer.tgt_vocab_size,
         shared_vocab=tokenizer.joint,
+        initialise=False,  # every weight is loaded next
     )
     net.load_state_dict(state["model"])
     net.to(device).eval()

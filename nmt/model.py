@@ -1,10 +1,12 @@
-"""Bidirectional-RNN encoder, Bahdanau and Luong attention decoders, and the Seq2Seq model.
+"""Bidirectional-RNN encoder, bridge, output layer, and the Seq2Seq model that joins them to
+an attention decoder (`nmt.decoder`).
 
 `Seq2Seq.encode` runs once per batch of sentences and returns an `Encoded` (states, projected
 attention keys, mask, initial decoder state); `Seq2Seq.step` advances every sentence by one
 target token for greedy and beam search; `Seq2Seq.forward` is the teacher-forced pass used in
-training. `forward` and `step` share their per-step code (`_step_core`), and the output layer
-runs once over all target positions. `build_model` is the only place that reads ModelConfig.
+training. `forward` and `step` share their per-step code (the decoders' `_step_core`), and
+the output layer runs once over all target positions. `build_model` is the only place that
+reads ModelConfig.
 
 Shape legend: B batch, S source length, T target length, E embedding size, He encoder hidden
 size per direction, Hd decoder hidden size, L layers, V vocabulary, D pre-output size.
@@ -12,111 +14,24 @@ size per direction, Hd decoder hidden size, L layers, V vocabulary, D pre-output
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmt.attention import Attention, build_attention
+from nmt.attention import build_attention
 from nmt.config import ModelConfig
-from nmt.recurrence import decoder_loop, scorer_of
-
-RNNS: dict[str, type[nn.GRU] | type[nn.LSTM]] = {"gru": nn.GRU, "lstm": nn.LSTM}
-
-RNNState = Tensor | tuple[Tensor, Tensor]
-
-
-@dataclass
-class Encoded:
-    """What the decoder attends to and starts from; computed once per sentence."""
-
-    states: Tensor  # (B, S, 2He) encoder outputs, the attention values; zeros on padding
-    keys: Tensor  # (B, S, Dp) attention.project_keys(states)
-    mask: Tensor  # (B, S) bool, True = real token
-    final: Tensor  # (Ld, B, Hd) the decoder's initial hidden state: bridged, or zeros
-    final_cell: Tensor | None = None  # (Ld, B, Hd) the same for the LSTM cell state
-
-    def select(self, index: Tensor) -> Encoded:
-        """The sentences at `index` (B',), in that order, repeats allowed: beam search's view."""
-        return Encoded(
-            states=self.states.index_select(0, index),
-            keys=self.keys.index_select(0, index),
-            mask=self.mask.index_select(0, index),
-            final=self.final.index_select(1, index),
-            final_cell=None if self.final_cell is None else self.final_cell.index_select(1, index),
-        )
-
-
-@dataclass
-class DecoderState:
-    """Everything one decoder step carries to the next."""
-
-    hidden: Tensor  # (Ld, B, Hd)
-    cell: Tensor | None = None  # (Ld, B, Hd) LSTM only
-    feed: Tensor | None = None  # (B, Hd) Luong input feeding: the previous attentional output
-
-    def select(self, index: Tensor) -> DecoderState:
-        """The hypotheses at `index` (B',), in that order: beam search reorders with it."""
-        return DecoderState(
-            hidden=self.hidden.index_select(1, index),
-            cell=None if self.cell is None else self.cell.index_select(1, index),
-            feed=None if self.feed is None else self.feed.index_select(0, index),
-        )
-
-    def rnn_state(self) -> RNNState:
-        """The `hx` argument of nn.GRU / nn.LSTM."""
-        return self.hidden if self.cell is None else (self.hidden, self.cell)
-
-
-def _split_rnn_state(state: RNNState) -> tuple[Tensor, Tensor | None]:
-    """nn.GRU returns h, nn.LSTM returns (h, c): give both as (h, c or None)."""
-    return state if isinstance(state, tuple) else (state, None)
-
-
-def _rnn(
-    cell: str,
-    *,
-    input_size: int,
-    hidden_size: int,
-    num_layers: int,
-    dropout: float,
-    bidirectional: bool = False,
-) -> nn.GRU | nn.LSTM:
-    # nn.GRU warns when given inter-layer dropout with a single layer, where it does nothing.
-    return RNNS[cell](
-        input_size,
-        hidden_size,
-        num_layers=num_layers,
-        batch_first=True,
-        bidirectional=bidirectional,
-        dropout=dropout if num_layers > 1 else 0.0,
-    )
-
-
-def _fused_loop(
-    decoder: BahdanauDecoder | LuongDecoder, emb: Tensor, state: DecoderState, enc: Encoded
-) -> tuple[Tensor, ...] | None:
-    """The teacher-forced loop by `nmt.recurrence` (same numbers, one weight-gradient product
-    per weight), or None where it does not apply: LSTM, several layers, an unknown scorer."""
-    rnn, scorer = decoder.rnn, scorer_of(decoder.attention)
-    if not decoder.fused or not isinstance(rnn, nn.GRU) or rnn.num_layers != 1 or scorer is None:
-        return None
-    size = emb.size(-1)
-    w_ih, w_hh, b_ih, b_hh = rnn.all_weights[0]  # w_ih (3Hd, E + R): the embedding's first
-    gi_emb = nn.functional.linear(emb, w_ih[:, :size], b_ih)  # (B, T, 3Hd)
-    return decoder_loop(
-        gi_emb=gi_emb,
-        h0=state.hidden[0],
-        w_ir=w_ih[:, size:],
-        w_hh=w_hh,
-        b_hh=b_hh,
-        w_c=decoder.combine.weight if isinstance(decoder, LuongDecoder) else None,
-        scorer=scorer,
-        keys=enc.keys,
-        values=enc.states,
-        mask=enc.mask,
-    )
+from nmt.decoder import (
+    BahdanauDecoder,
+    Decoder,
+    DecoderState,
+    Encoded,
+    LuongDecoder,
+    rnn_layer,
+    split_rnn_state,
+)
 
 
 class Encoder(nn.Module):
@@ -128,7 +43,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.num_layers = num_layers
         self.output_size = 2 * hidden_size
-        self.rnn = _rnn(
+        self.rnn = rnn_layer(
             cell,
             input_size=input_size,
             hidden_size=hidden_size,
@@ -147,7 +62,7 @@ class Encoder(nn.Module):
         packed = pack_padded_sequence(emb, lens.cpu(), batch_first=True, enforce_sorted=False)
         out, final = self.rnn(packed)
         states, _ = pad_packed_sequence(out, batch_first=True, total_length=emb.size(1))
-        h, c = _split_rnn_state(final)
+        h, c = split_rnn_state(final)
         return states, self._merge_directions(h), None if c is None else self._merge_directions(c)
 
     def _merge_directions(self, h: Tensor) -> Tensor:
@@ -194,162 +109,6 @@ class Bridge(nn.Module):
 
     def _layers(self, final: Tensor) -> Tensor:
         return final if self.layerwise else final[-1:].expand(self.dec_layers, -1, -1)
-
-
-class BahdanauDecoder(nn.Module):
-    """Bahdanau et al. 2015: attend with s_{t-1}, then the RNN reads [y_{t-1}; c_t].
-
-    Pre-output ("deep output", with tanh in place of maxout): tanh(W [s_t; c_t; y_{t-1}]),
-    computed once over all steps after the loop in `forward`.
-    """
-
-    fused = True  # teacher forcing by nmt.recurrence where it applies; False: step by step
-
-    def __init__(
-        self,
-        *,
-        cell: str,
-        emb_size: int,
-        context_size: int,
-        hidden_size: int,
-        num_layers: int,
-        dropout: float,
-        attention: Attention,
-    ) -> None:
-        super().__init__()
-        self.attention = attention
-        self.output_size = hidden_size
-        self.rnn = _rnn(
-            cell,
-            input_size=emb_size + context_size,
-            hidden_size=hidden_size,
-            num_layers=num_layers,
-            dropout=dropout,
-        )
-        self.pre_output = nn.Linear(hidden_size + context_size + emb_size, hidden_size)
-
-    def init_state(self, enc: Encoded) -> DecoderState:
-        return DecoderState(hidden=enc.final, cell=enc.final_cell)
-
-    def _step_core(
-        self, emb: Tensor, state: DecoderState, enc: Encoded
-    ) -> tuple[Tensor, Tensor, DecoderState, Tensor]:
-        """One step: emb (B, E) -> new top state s_t (B, Hd), context c_t (B, 2He), state,
-        attention (B, S)."""
-        query = state.hidden[-1]  # (B, Hd) s_{t-1}, top layer
-        context, weights = self.attention(query, enc.keys, enc.states, enc.mask)
-        rnn_in = torch.cat([emb, context], dim=-1).unsqueeze(1)  # (B, 1, E + 2He)
-        out, new = self.rnn(rnn_in, state.rnn_state())
-        h, c = _split_rnn_state(new)
-        return out.squeeze(1), context, DecoderState(hidden=h, cell=c), weights
-
-    def _pre_output(self, s: Tensor, context: Tensor, emb: Tensor) -> Tensor:
-        """(B, [T,] Hd), (B, [T,] 2He), (B, [T,] E) -> (B, [T,] Hd)."""
-        return torch.tanh(self.pre_output(torch.cat([s, context, emb], dim=-1)))
-
-    def step(
-        self, emb: Tensor, state: DecoderState, enc: Encoded
-    ) -> tuple[Tensor, DecoderState, Tensor]:
-        """emb (B, E) embedded y_{t-1} -> pre-output (B, Hd), new state, attention (B, S)."""
-        s, context, state, weights = self._step_core(emb, state, enc)
-        return self._pre_output(s, context, emb), state, weights
-
-    def forward(self, emb: Tensor, state: DecoderState, enc: Encoded) -> tuple[Tensor, Tensor]:
-        """Teacher forcing: emb (B, T, E) -> pre-outputs (B, T, Hd), attention (B, T, S)."""
-        fused = _fused_loop(self, emb, state, enc)
-        if fused is not None:
-            s_all, c_all, w_all = fused  # (B, T, Hd), (B, T, 2He), (B, T, S)
-            return self._pre_output(s_all, c_all, emb), w_all
-        states, contexts, weights = [], [], []
-        for t in range(emb.size(1)):
-            s, context, state, w = self._step_core(emb[:, t], state, enc)
-            states.append(s)
-            contexts.append(context)
-            weights.append(w)
-        s_all = torch.stack(states, dim=1)  # (B, T, Hd)
-        c_all = torch.stack(contexts, dim=1)  # (B, T, 2He)
-        return self._pre_output(s_all, c_all, emb), torch.stack(weights, dim=1)
-
-
-class LuongDecoder(nn.Module):
-    """Luong et al. 2015: the RNN steps first, attends with s_t, emits h̃_t = tanh(W_c [c_t; s_t]).
-
-    With input feeding, h̃_{t-1} joins the next RNN input, so the decoder runs step by step.
-    Without it the RNN reads the whole target in one call and attention for all steps is one
-    batched product (the training fast path); `step` gives the same numbers one step at a time.
-    """
-
-    fused = True  # input feeding by nmt.recurrence where it applies; False: step by step
-
-    def __init__(
-        self,
-        *,
-        cell: str,
-        emb_size: int,
-        context_size: int,
-        hidden_size: int,
-        num_layers: int,
-        dropout: float,
-        attention: Attention,
-        input_feeding: bool,
-    ) -> None:
-        super().__init__()
-        self.attention = attention
-        self.output_size = hidden_size
-        self.input_feeding = input_feeding
-        self.rnn = _rnn(
-            cell,
-            input_size=emb_size + (hidden_size if input_feeding else 0),
-            hidden_size=hidden_size,
-            num_layers=num_layers,
-            dropout=dropout,
-        )
-        # Luong's W_c has no bias.
-        self.combine = nn.Linear(context_size + hidden_size, hidden_size, bias=False)
-
-    def init_state(self, enc: Encoded) -> DecoderState:
-        feed = enc.final.new_zeros(enc.final.shape[1:]) if self.input_feeding else None  # (B, Hd)
-        return DecoderState(hidden=enc.final, cell=enc.final_cell, feed=feed)
-
-    def _attend(self, s: Tensor, enc: Encoded) -> tuple[Tensor, Tensor]:
-        """s (B, [T,] Hd) -> h̃ (B, [T,] Hd), attention (B, [T,] S)."""
-        context, weights = self.attention(s, enc.keys, enc.states, enc.mask)
-        return torch.tanh(self.combine(torch.cat([context, s], dim=-1))), weights
-
-    def _step_core(
-        self, emb: Tensor, state: DecoderState, enc: Encoded
-    ) -> tuple[Tensor, DecoderState, Tensor]:
-        """One step: emb (B, E) -> h̃_t (B, Hd), new state, attention (B, S)."""
-        rnn_in = emb if state.feed is None else torch.cat([emb, state.feed], dim=-1)
-        out, new = self.rnn(rnn_in.unsqueeze(1), state.rnn_state())  # out (B, 1, Hd)
-        h, c = _split_rnn_state(new)
-        h_tilde, weights = self._attend(out.squeeze(1), enc)
-        feed = h_tilde if self.input_feeding else None
-        return h_tilde, DecoderState(hidden=h, cell=c, feed=feed), weights
-
-    def step(
-        self, emb: Tensor, state: DecoderState, enc: Encoded
-    ) -> tuple[Tensor, DecoderState, Tensor]:
-        """emb (B, E) embedded y_{t-1} -> pre-output h̃_t (B, Hd), new state, attention (B, S)."""
-        return self._step_core(emb, state, enc)
-
-    def forward(self, emb: Tensor, state: DecoderState, enc: Encoded) -> tuple[Tensor, Tensor]:
-        """Teacher forcing: emb (B, T, E) -> pre-outputs h̃ (B, T, Hd), attention (B, T, S)."""
-        if not self.input_feeding:
-            out, _ = self.rnn(emb, state.rnn_state())  # (B, T, Hd)
-            return self._attend(out, enc)
-        fused = _fused_loop(self, emb, state, enc)
-        if fused is not None:
-            return fused[0], fused[1]  # (B, T, Hd), (B, T, S)
-        outputs, weights = [], []
-        for t in range(emb.size(1)):
-            h_tilde, state, w = self._step_core(emb[:, t], state, enc)
-            outputs.append(h_tilde)
-            weights.append(w)
-        return torch.stack(outputs, dim=1), torch.stack(weights, dim=1)  # (B, T, Hd), (B, T, S)
-
-
-Decoder = BahdanauDecoder | LuongDecoder
 
 
 class Generator(nn.Module):
@@ -454,6 +213,26 @@ def _embedding(vocab_size: int, size: int, pad_id: int) -> nn.Embedding:
     return emb
 
 
+# The nn.init functions that torch's layers (Linear, GRU, LSTM, Embedding) and `_embedding`
+# call in their constructors.
+_INIT_FUNCTIONS = ("uniform_", "normal_", "kaiming_uniform_", "xavier_uniform_", "zeros_", "ones_")
+
+
+@contextlib.contextmanager
+def _random_init_skipped() -> Iterator[None]:
+    """Layers built inside keep their weights as allocated (uninitialised memory), for a
+    caller that overwrites every one: drawing 8M random numbers is most of the time a
+    model takes to build, and the translate command's start-up pays it for nothing."""
+    saved = {name: getattr(nn.init, name) for name in _INIT_FUNCTIONS}
+    try:
+        for name in _INIT_FUNCTIONS:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(nn.init, name, function)
+
+
 def build_model(
     cfg: ModelConfig,
     *,
@@ -461,8 +240,34 @@ def build_model(
     tgt_vocab_size: int,
     pad_id: int = 0,
     shared_vocab: bool,
+    initialise: bool = True,
 ) -> Seq2Seq:
-    """The Seq2Seq model that `cfg` describes; the only place that reads ModelConfig."""
+    """The Seq2Seq model that `cfg` describes; the only place that reads ModelConfig.
+
+    `initialise=False`: the weights are left uninitialised, for a caller that loads them all
+    (`load_state_dict`, strict) straight after; it also leaves the random generator alone.
+    """
+    with contextlib.nullcontext() if initialise else _random_init_skipped():
+        model = _assemble(
+            cfg,
+            src_vocab_size=src_vocab_size,
+            tgt_vocab_size=tgt_vocab_size,
+            pad_id=pad_id,
+            shared_vocab=shared_vocab,
+        )
+    if initialise and cfg.init == "uniform":
+        with torch.no_grad():
+            for p in model.parameters():
+                p.uniform_(-cfg.init_range, cfg.init_range)
+            for emb in {model.src_embed, model.tgt_embed}:
+                emb.weight[pad_id].zero_()  # padding stays a zero vector
+    return model
+
+
+def _assemble(
+    cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, shared_vocab: bool
+) -> Seq2Seq:
+    """The modules `cfg` names, put together, each with its layer's own initialisation."""
     if cfg.share_embeddings and not (shared_vocab and src_vocab_size == tgt_vocab_size):
         raise ValueError(
             "model.share_embeddings: needs one joint vocabulary (tokenizer.joint: true), "
@@ -524,7 +329,7 @@ def build_model(
         dropout=cfg.dropout,
         tie_to=tgt_embed if cfg.tie_embeddings else None,
     )
-    model = Seq2Seq(
+    return Seq2Seq(
         src_embed=src_embed,
         tgt_embed=tgt_embed,
         encoder=encoder,
@@ -534,10 +339,3 @@ def build_model(
         dropout=cfg.dropout,
         pad_id=pad_id,
     )
-    if cfg.init == "uniform":
-        with torch.no_grad():
-            for p in model.parameters():
-                p.uniform_(-cfg.init_range, cfg.init_range)
-            for emb in {src_embed, tgt_embed}:
-                emb.weight[pad_id].zero_()  # padding stays a zero vector
-    return model

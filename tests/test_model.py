@@ -250,3 +250,24 @@ def test_uniform_init_draws_every_weight_within_the_range_and_keeps_padding_zero
         if p.numel() >= 100:  # drawn over the whole range, not left at the default
             assert p.abs().max() > 0.045, name
     assert not model.tgt_embed.weight[PAD].any() and not model.src_embed.weight[PAD].any()
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_a_model_built_to_be_loaded_draws_nothing_and_loads_to_the_same_model(cell: str) -> None:
+    keys = {"cell": cell, **STYLES["luong_feeding"]}
+    trained = make_model(**keys).eval()
+    rng = torch.get_rng_state()
+    loaded = build_model(
+        model_config(**keys),
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        shared_vocab=True,
+        initialise=False,
+    )
+    assert torch.equal(torch.get_rng_state(), rng)  # not one random number drawn
+    loaded.load_state_dict(trained.state_dict())
+    src, src_lens, tgt_in = batch(SHAPES)
+    assert torch.equal(loaded.eval()(src, src_lens, tgt_in)[0], trained(src, src_lens, tgt_in)[0])
+    # The layers' own initialisation is back for the next model: the same seed, the same draw.
+    again = make_model(**keys).state_dict()
+    assert all(torch.equal(again[k], v) for k, v in trained.state_dict().items())

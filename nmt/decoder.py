@@ -1,0 +1,272 @@
+"""The attention decoders, Bahdanau's and Luong's, and what they read and carry.
+
+`Encoded` is what the encoder hands over, computed once per batch of sentences;
+`DecoderState` what one decoder step carries to the next. Each decoder has one `step` (greedy
+and beam search) and a teacher-forced `forward` (training) sharing their per-step code; the
+teacher-forced loop runs in `nmt.recurrence` where it applies (`fused_loop`).
+
+Shape legend: B batch, S source length, T target length, E embedding size, He encoder hidden
+size per direction, Hd decoder hidden size, L layers, D pre-output size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from nmt.attention import Attention
+from nmt.recurrence import decoder_loop, scorer_of
+
+RNNS: dict[str, type[nn.GRU] | type[nn.LSTM]] = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+RNNState = Tensor | tuple[Tensor, Tensor]
+
+
+@dataclass
+class Encoded:
+    """What the decoder attends to and starts from; computed once per sentence."""
+
+    states: Tensor  # (B, S, 2He) encoder outputs, the attention values; zeros on padding
+    keys: Tensor  # (B, S, Dp) attention.project_keys(states)
+    mask: Tensor  # (B, S) bool, True = real token
+    final: Tensor  # (Ld, B, Hd) the decoder's initial hidden state: bridged, or zeros
+    final_cell: Tensor | None = None  # (Ld, B, Hd) the same for the LSTM cell state
+
+    def select(self, index: Tensor) -> Encoded:
+        """The sentences at `index` (B',), in that order, repeats allowed: beam search's view."""
+        return Encoded(
+            states=self.states.index_select(0, index),
+            keys=self.keys.index_select(0, index),
+            mask=self.mask.index_select(0, index),
+            final=self.final.index_select(1, index),
+            final_cell=None if self.final_cell is None else self.final_cell.index_select(1, index),
+        )
+
+
+@dataclass
+class DecoderState:
+    """Everything one decoder step carries to the next."""
+
+    hidden: Tensor  # (Ld, B, Hd)
+    cell: Tensor | None = None  # (Ld, B, Hd) LSTM only
+    feed: Tensor | None = None  # (B, Hd) Luong input feeding: the previous attentional output
+
+    def select(self, index: Tensor) -> DecoderState:
+        """The hypotheses at `index` (B',), in that order: beam search reorders with it."""
+        return DecoderState(
+            hidden=self.hidden.index_select(1, index),
+            cell=None if self.cell is None else self.cell.index_select(1, index),
+            feed=None if self.feed is None else self.feed.index_select(0, index),
+        )
+
+    def rnn_state(self) -> RNNState:
+        """The `hx` argument of nn.GRU / nn.LSTM."""
+        return self.hidden if self.cell is None else (self.hidden, self.cell)
+
+
+def split_rnn_state(state: RNNState) -> tuple[Tensor, Tensor | None]:
+    """nn.GRU returns h, nn.LSTM returns (h, c): give both as (h, c or None)."""
+    return state if isinstance(state, tuple) else (state, None)
+
+
+def rnn_layer(
+    cell: str,
+    *,
+    input_size: int,
+    hidden_size: int,
+    num_layers: int,
+    dropout: float,
+    bidirectional: bool = False,
+) -> nn.GRU | nn.LSTM:
+    # nn.GRU warns when given inter-layer dropout with a single layer, where it does nothing.
+    return RNNS[cell](
+        input_size,
+        hidden_size,
+        num_layers=num_layers,
+        batch_first=True,
+        bidirectional=bidirectional,
+        dropout=dropout if num_layers > 1 else 0.0,
+    )
+
+
+def fused_loop(
+    decoder: BahdanauDecoder | LuongDecoder, emb: Tensor, state: DecoderState, enc: Encoded
+) -> tuple[Tensor, ...] | None:
+    """The teacher-forced loop by `nmt.recurrence` (same numbers, one weight-gradient product
+    per weight), or None where it does not apply: LSTM, several layers, an unknown scorer."""
+    rnn, scorer = decoder.rnn, scorer_of(decoder.attention)
+    if not decoder.fused or not isinstance(rnn, nn.GRU) or rnn.num_layers != 1 or scorer is None:
+        return None
+    size = emb.size(-1)
+    w_ih, w_hh, b_ih, b_hh = rnn.all_weights[0]  # w_ih (3Hd, E + R): the embedding's first
+    gi_emb = nn.functional.linear(emb, w_ih[:, :size], b_ih)  # (B, T, 3Hd)
+    return decoder_loop(
+        gi_emb=gi_emb,
+        h0=state.hidden[0],
+        w_ir=w_ih[:, size:],
+        w_hh=w_hh,
+        b_hh=b_hh,
+        w_c=decoder.combine.weight if isinstance(decoder, LuongDecoder) else None,
+        scorer=scorer,
+        keys=enc.keys,
+        values=enc.states,
+        mask=enc.mask,
+    )
+
+
+class BahdanauDecoder(nn.Module):
+    """Bahdanau et al. 2015: attend with s_{t-1}, then the RNN reads [y_{t-1}; c_t].
+
+    Pre-output ("deep output", with tanh in place of maxout): tanh(W [s_t; c_t; y_{t-1}]),
+    computed once over all steps after the loop in `forward`.
+    """
+
+    fused = True  # teacher forcing by nmt.recurrence where it applies; False: step by step
+
+    def __init__(
+        self,
+        *,
+        cell: str,
+        emb_size: int,
+        context_size: int,
+        hidden_size: int,
+        num_layers: int,
+        dropout: float,
+        attention: Attention,
+    ) -> None:
+        super().__init__()
+        self.attention = attention
+        self.output_size = hidden_size
+        self.rnn = rnn_layer(
+            cell,
+            input_size=emb_size + context_size,
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            dropout=dropout,
+        )
+        self.pre_output = nn.Linear(hidden_size + context_size + emb_size, hidden_size)
+
+    def init_state(self, enc: Encoded) -> DecoderState:
+        return DecoderState(hidden=enc.final, cell=enc.final_cell)
+
+    def _step_core(
+        self, emb: Tensor, state: DecoderState, enc: Encoded
+    ) -> tuple[Tensor, Tensor, DecoderState, Tensor]:
+        """One step: emb (B, E) -> new top state s_t (B, Hd), context c_t (B, 2He), state,
+        attention (B, S)."""
+        query = state.hidden[-1]  # (B, Hd) s_{t-1}, top layer
+        context, weights = self.attention(query, enc.keys, enc.states, enc.mask)
+        rnn_in = torch.cat([emb, context], dim=-1).unsqueeze(1)  # (B, 1, E + 2He)
+        out, new = self.rnn(rnn_in, state.rnn_state())
+        h, c = split_rnn_state(new)
+        return out.squeeze(1), context, DecoderState(hidden=h, cell=c), weights
+
+    def _pre_output(self, s: Tensor, context: Tensor, emb: Tensor) -> Tensor:
+        """(B, [T,] Hd), (B, [T,] 2He), (B, [T,] E) -> (B, [T,] Hd)."""
+        return torch.tanh(self.pre_output(torch.cat([s, context, emb], dim=-1)))
+
+    def step(
+        self, emb: Tensor, state: DecoderState, enc: Encoded
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """emb (B, E) embedded y_{t-1} -> pre-output (B, Hd), new state, attention (B, S)."""
+        s, context, state, weights = self._step_core(emb, state, enc)
+        return self._pre_output(s, context, emb), state, weights
+
+    def forward(self, emb: Tensor, state: DecoderState, enc: Encoded) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: emb (B, T, E) -> pre-outputs (B, T, Hd), attention (B, T, S)."""
+        fused = fused_loop(self, emb, state, enc)
+        if fused is not None:
+            s_all, c_all, w_all = fused  # (B, T, Hd), (B, T, 2He), (B, T, S)
+            return self._pre_output(s_all, c_all, emb), w_all
+        states, contexts, weights = [], [], []
+        for t in range(emb.size(1)):
+            s, context, state, w = self._step_core(emb[:, t], state, enc)
+            states.append(s)
+            contexts.append(context)
+            weights.append(w)
+        s_all = torch.stack(states, dim=1)  # (B, T, Hd)
+        c_all = torch.stack(contexts, dim=1)  # (B, T, 2He)
+        return self._pre_output(s_all, c_all, emb), torch.stack(weights, dim=1)
+
+
+class LuongDecoder(nn.Module):
+    """Luong et al. 2015: the RNN steps first, attends with s_t, emits h̃_t = tanh(W_c [c_t; s_t]).
+
+    With input feeding, h̃_{t-1} joins the next RNN input, so the decoder runs step by step.
+    Without it the RNN reads the whole target in one call and attention for all steps is one
+    batched product (the training fast path); `step` gives the same numbers one step at a time.
+    """
+
+    fused = True  # input feeding by nmt.recurrence where it applies; False: step by step
+
+    def __init__(
+        self,
+        *,
+        cell: str,
+        emb_size: int,
+        context_size: int,
+        hidden_size: int,
+        num_layers: int,
+        dropout: float,
+        attention: Attention,
+        input_feeding: bool,
+    ) -> None:
+        super().__init__()
+        self.attention = attention
+        self.output_size = hidden_size
+        self.input_feeding = input_feeding
+        self.rnn = rnn_layer(
+            cell,
+            input_size=emb_size + (hidden_size if input_feeding else 0),
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            dropout=dropout,
+        )
+        # Luong's W_c has no bias.
+        self.combine = nn.Linear(context_size + hidden_size, hidden_size, bias=False)
+
+    def init_state(self, enc: Encoded) -> DecoderState:
+        feed = enc.final.new_zeros(enc.final.shape[1:]) if self.input_feeding else None  # (B, Hd)
+        return DecoderState(hidden=enc.final, cell=enc.final_cell, feed=feed)
+
+    def _attend(self, s: Tensor, enc: Encoded) -> tuple[Tensor, Tensor]:
+        """s (B, [T,] Hd) -> h̃ (B, [T,] Hd), attention (B, [T,] S)."""
+        context, weights = self.attention(s, enc.keys, enc.states, enc.mask)
+        return torch.tanh(self.combine(torch.cat([context, s], dim=-1))), weights
+
+    def _step_core(
+        self, emb: Tensor, state: DecoderState, enc: Encoded
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One step: emb (B, E) -> h̃_t (B, Hd), new state, attention (B, S)."""
+        rnn_in = emb if state.feed is None else torch.cat([emb, state.feed], dim=-1)
+        out, new = self.rnn(rnn_in.unsqueeze(1), state.rnn_state())  # out (B, 1, Hd)
+        h, c = split_rnn_state(new)
+        h_tilde, weights = self._attend(out.squeeze(1), enc)
+        feed = h_tilde if self.input_feeding else None
+        return h_tilde, DecoderState(hidden=h, cell=c, feed=feed), weights
+
+    def step(
+        self, emb: Tensor, state: DecoderState, enc: Encoded
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """emb (B, E) embedded y_{t-1} -> pre-output h̃_t (B, Hd), new state, attention (B, S)."""
+        return self._step_core(emb, state, enc)
+
+    def forward(self, emb: Tensor, state: DecoderState, enc: Encoded) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: emb (B, T, E) -> pre-outputs h̃ (B, T, Hd), attention (B, T, S)."""
+        if not self.input_feeding:
+            out, _ = self.rnn(emb, state.rnn_state())  # (B, T, Hd)
+            return self._attend(out, enc)
+        fused = fused_loop(self, emb, state, enc)
+        if fused is not None:
+            return fused[0], fused[1]  # (B, T, Hd), (B, T, S)
+        outputs, weights = [], []
+        for t in range(emb.size(1)):
+            h_tilde, state, w = self._step_core(emb[:, t], state, enc)
+            outputs.append(h_tilde)
+            weights.append(w)
+        return torch.stack(outputs, dim=1), torch.stack(weights, dim=1)  # (B, T, Hd), (B, T, S)
+
+
+Decoder = BahdanauDecoder | LuongDecoder
