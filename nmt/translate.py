@@ -270,12 +270,21 @@ class Translator:
     def _copy_unknowns(self, h: Hypothesis, text: str, surfaces: list[str]) -> str:
         """`text` (h decoded) with each unknown target piece replaced by the source text its
         attention weighs most (Luong et al. 2015, "Addressing the rare word problem"): an
-        emoji or a name in a script the vocabulary lacks comes through as written."""
-        for t, token in enumerate(h.tokens):
-            if token == UNK_ID and surfaces:
-                j = int(h.attention[t, : len(surfaces)].argmax())  # EOS column left out
-                text = text.replace(UNK_MARK, surfaces[j].strip(), 1)  # unknowns in order
-        return " ".join(text.split())  # sentencepiece writes " ⁇ " and a space may follow
+        emoji or a name in a script the vocabulary lacks comes through as written. It is
+        joined to its neighbours as it was in the source: "Z", <unk>, "rich" for "Zürich"
+        (French training text has no "ü") gives "Zürich", not sentencepiece's "Z ⁇ rich"."""
+        unknowns = [t for t, token in enumerate(h.tokens) if token == UNK_ID]
+        parts = text.split(UNK_MARK)  # sentencepiece writes each unknown piece as " ⁇ "
+        if not surfaces or len(parts) != len(unknowns) + 1:
+            return " ".join(text.split())
+        out = parts[0]
+        for t, after in zip(unknowns, parts[1:], strict=True):
+            j = int(h.attention[t, : len(surfaces)].argmax())  # EOS column left out
+            starts_word = j == 0 or surfaces[j][:1].isspace() or not surfaces[j - 1].strip()
+            ends_word = j + 1 == len(surfaces) or not surfaces[j + 1][:1].strip()
+            out = out.rstrip() + (" " if starts_word else "") + surfaces[j].strip()
+            out += (" " if ends_word else "") + after.lstrip()
+        return " ".join(out.split())
 
 
 def _progress(batches: list[list[int]], *, enabled: bool, total: int) -> Iterator[list[int]]:

@@ -160,23 +160,36 @@ def test_capitals_are_read_in_sentence_case_and_answered_in_capitals(translator)
     assert summer.src_tokens[:-1] == translator.tokenizer.src_pieces("\u00c9t\u00e9 2024")
 
 
-def test_unknown_target_pieces_copy_the_source_text_they_attend_to(translator, monkeypatch):
+@pytest.mark.parametrize(
+    ("source", "head", "tail", "expected"),
+    [
+        ("A dog \U0001f415 runs.", "Un chien", "court.", "Un chien \U0001f415 court."),
+        ("A dog \U0001f327", "Un chien", "", "Un chien \U0001f327"),
+        # Inside a word in the source, inside it in the translation (Z, <unk>, rich: Zürich).
+        ("A do\U0001f415g runs.", "Un chi", "en court.", "Un chi\U0001f415en court."),
+        ("\U0001f415s run.", "", "s courent.", "\U0001f415s courent."),
+    ],
+)
+def test_unknown_target_pieces_copy_the_source_text_they_attend_to(
+    translator, monkeypatch, source, head, tail, expected
+):
     """An emoji is <unk> to the vocabulary: the output's <unk> becomes the source text under
-    its strongest attention (here made to point at the emoji)."""
+    its strongest attention (here made to point at the emoji), spaced as in the source."""
     tok = translator.tokenizer
-    source = "A dog \U0001f415 runs."
     surfaces = tok.src_surfaces(source)
-    dog = next(j for j, piece in enumerate(surfaces) if "\U0001f415" in piece)
-    assert tok.encode_src([source])[0][dog] == UNK_ID
-    head, tail = tok.encode_tgt(["Un chien"])[0], tok.encode_tgt(["court."])[0]
-    tokens = [*head, UNK_ID, *tail]
+    unknown = next(
+        j for j, piece in enumerate(surfaces) if "\U0001f415" in piece or "\U0001f327" in piece
+    )
+    assert tok.encode_src([source])[0][unknown] == UNK_ID
+    head_ids = tok.encode_tgt([head])[0] if head else []
+    tokens = [*head_ids, UNK_ID, *(tok.encode_tgt([tail])[0] if tail else [])]
     attention = torch.full((len(tokens) + 1, len(surfaces) + 1), 0.01)
-    attention[len(head), dog] = 0.9
+    attention[len(head_ids), unknown] = 0.9
     hyp = Hypothesis(tokens=tokens, score=-1.0, logprob=-1.0, attention=attention, finished=True)
     monkeypatch.setattr(translator, "_search", lambda rows, **_: [[hyp] for _ in rows])
     (t,) = translator.translate([source])
-    assert t.text == "Un chien \U0001f415 court."
-    assert t.tokens[len(head)] == tok.tgt_pieces([UNK_ID])[0]  # the pieces stay the model's
+    assert t.text == expected
+    assert t.tokens[len(head_ids)] == tok.tgt_pieces([UNK_ID])[0]  # the pieces stay the model's
 
 
 def test_attention_rows_are_distributions_over_the_source_pieces(translator, sentences):
