@@ -27,6 +27,10 @@ _VOWELS = "a a e e i o o u ou ai é è ö ü".split(" ")  # noqa: SIM905
 _CODAS = ["", "", "", "n", "l", "r", "s", "k", "m"]
 
 
+def _whole_word(word: str) -> re.Pattern[str]:
+    return re.compile(rf"\b{re.escape(word)}\b")
+
+
 def invented_name(rng: random.Random) -> str:
     """Two or three syllables, capitalised: "Brüsan", "Kelovar"."""
     syllables = [
@@ -42,7 +46,7 @@ def shared_name(src: str, tgt: str, common: set[str] | frozenset[str] = frozense
     for word in dict.fromkeys(_WORD.findall(src)):
         if word.lower() in common:
             continue
-        pattern = re.compile(rf"\b{word}\b")
+        pattern = _whole_word(word)
         if len(pattern.findall(src)) == len(pattern.findall(tgt)):
             return word
     return None
@@ -64,7 +68,7 @@ def name_copies(
     new_src, new_tgt = [], []
     for i, name in chosen:
         other = invented_name(rng)
-        pattern = re.compile(rf"\b{name}\b")
+        pattern = _whole_word(name)
         new_src.append(pattern.sub(other, src[i]))
         new_tgt.append(pattern.sub(other, tgt[i]))
     return new_src, new_tgt

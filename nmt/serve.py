@@ -110,7 +110,6 @@ def _answer(t: Translation, *, nbest: int, attention: bool) -> dict[str, Any]:
 def info_of(translator: Translator, limits: Limits) -> dict[str, Any]:
     """GET /info: what model this is, and what a request may ask of it."""
     cfg = translator.config
-    m = cfg.model
     return {
         "model": str(translator.path) if translator.path else None,
         "languages": {"source": cfg.data.src_lang, "target": cfg.data.tgt_lang},
@@ -119,16 +118,7 @@ def info_of(translator: Translator, limits: Limits) -> dict[str, Any]:
             "target": translator.tokenizer.tgt_vocab_size,
             "joint": translator.tokenizer.joint,
         },
-        "architecture": {
-            "cell": m.cell,
-            "attention": m.attention,
-            "decoder": m.decoder,
-            "emb_size": m.emb_size,
-            "enc_hidden": m.enc_hidden,
-            "enc_layers": m.enc_layers,
-            "dec_hidden": m.dec_hidden,
-            "dec_layers": m.dec_layers,
-        },
+        "architecture": asdict(cfg.model),  # the run's model section, as configured
         "decode": {"beam": cfg.decode.beam, "length_penalty": cfg.decode.length_penalty},
         "device": str(translator.device),
         "precision": translator.precision,
