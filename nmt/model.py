@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +24,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nmt.attention import build_attention
 from nmt.config import ModelConfig
+from nmt.copy import CopyGate, mixture_log_probs
 from nmt.decoder import (
     BahdanauDecoder,
     Decoder,
@@ -30,6 +32,7 @@ from nmt.decoder import (
     Encoded,
     LuongDecoder,
     rnn_layer,
+    run_rnn,
     split_rnn_state,
 )
 
@@ -55,12 +58,19 @@ class Encoder(nn.Module):
     def forward(self, emb: Tensor, lens: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """Encode embedded sources.
 
-        emb: (B, S, E); lens: (B,) int64 real lengths (moved to the CPU, as packing needs).
+        emb: (B, S, E); lens: (B,) int64 real lengths on the CPU, as packing needs.
         Returns states (B, S, 2He) with zeros on padding, and the final hidden state and
         (LSTM) cell state per layer, forward and backward concatenated: (Le, B, 2He).
+
+        Rows sorted by decreasing length (`nmt.batching.collate` sorts them) are packed as
+        they are; others are sorted by the packing, which on a GPU costs two blocking copies
+        of the sort indices. The check reads CPU lengths: no sync.
         """
-        packed = pack_padded_sequence(emb, lens.cpu(), batch_first=True, enforce_sorted=False)
-        out, final = self.rnn(packed)
+        if lens.device.type != "cpu":  # a caller's mistake, corrected (one copy)
+            lens = lens.cpu()
+        is_sorted = bool((lens[:-1] >= lens[1:]).all())
+        packed = pack_padded_sequence(emb, lens, batch_first=True, enforce_sorted=is_sorted)
+        out, final = run_rnn(self.rnn, packed, None)
         states, _ = pad_packed_sequence(out, batch_first=True, total_length=emb.size(1))
         h, c = split_rnn_state(final)
         return states, self._merge_directions(h), None if c is None else self._merge_directions(c)
@@ -137,8 +147,32 @@ class Generator(nn.Module):
         return self.out(x)
 
 
+@dataclass
+class Output:
+    """What the teacher-forced pass gives: the loss (`nmt.step.token_loss`) reads it all."""
+
+    logits: Tensor  # (B, T, V) vocabulary logits
+    attention: Tensor  # (B, T, S) float32, zero on padding
+    src: Tensor  # (B, S) the source ids
+    gate: Tensor | None = None  # (B, T) float32 logit of g (generate); None: no copy attention
+
+    @property
+    def copied(self) -> Tensor | None:
+        """(B, T) the share of each target token's probability copied from the source, 1 − g."""
+        return None if self.gate is None else torch.sigmoid(-self.gate)
+
+
+def _context(weights: Tensor, states: Tensor) -> Tensor:
+    """Attention weights (B, [T,] S) over encoder states (B, S, Dv) -> contexts (B, [T,] Dv)."""
+    if weights.dim() == 2:
+        return torch.bmm(weights.unsqueeze(1).to(states.dtype), states).squeeze(1)  # (B, Dv)
+    return torch.bmm(weights.to(states.dtype), states)  # (B, T, Dv)
+
+
 class Seq2Seq(nn.Module):
-    """Attention-based encoder-decoder: `encode` once, then `step` or teacher-forced `forward`."""
+    """Attention-based encoder-decoder: `encode` once, then `step` or teacher-forced `forward`.
+    With a `copy_gate` (`model.copy`) its output distribution is the pointer-generator
+    mixture of `nmt.copy`."""
 
     def __init__(
         self,
@@ -151,6 +185,7 @@ class Seq2Seq(nn.Module):
         generator: Generator,
         dropout: float,
         pad_id: int,
+        copy_gate: CopyGate | None = None,
     ) -> None:
         super().__init__()
         self.src_embed = src_embed
@@ -159,6 +194,7 @@ class Seq2Seq(nn.Module):
         self.bridge = bridge  # None: the decoder starts from zeros
         self.decoder = decoder
         self.generator = generator
+        self.copy_gate = copy_gate  # None: no copy attention
         self.dropout = nn.Dropout(dropout)
         self.pad_id = pad_id
         self.src_vocab_size = src_embed.num_embeddings
@@ -179,7 +215,7 @@ class Seq2Seq(nn.Module):
             h0 = states.new_zeros(layers, src.size(0), hidden)  # (Ld, B, Hd)
             c0 = None if final_cell is None else torch.zeros_like(h0)
         keys = self.decoder.attention.project_keys(states)  # (B, S, Dp)
-        return Encoded(states=states, keys=keys, mask=mask, final=h0, final_cell=c0)
+        return Encoded(states=states, keys=keys, mask=mask, final=h0, final_cell=c0, src=src)
 
     def init_state(self, enc: Encoded) -> DecoderState:
         return self.decoder.init_state(enc)
@@ -187,21 +223,30 @@ class Seq2Seq(nn.Module):
     def step(
         self, prev: Tensor, state: DecoderState, enc: Encoded
     ) -> tuple[Tensor, DecoderState, Tensor]:
-        """prev (B,) int64 previous target token -> logits (B, V), new state, attention (B, S)."""
+        """prev (B,) int64 previous target token -> logits (B, V), new state, attention (B, S).
+
+        With copy attention the "logits" are the mixture's log-probabilities (float32): the
+        searches normalise what they get, and log-probabilities are their own normalisation.
+        """
         emb = self.dropout(self.tgt_embed(prev))  # (B, E)
         pre, state, weights = self.decoder.step(emb, state, enc)
-        return self.generator(pre), state, weights
+        logits = self.generator(pre)  # (B, V)
+        if self.copy_gate is None:
+            return logits, state, weights
+        assert enc.src is not None
+        gate = self.copy_gate(pre, _context(weights, enc.states), emb)  # (B,)
+        return mixture_log_probs(logits, gate, weights, enc.src), state, weights
 
-    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """Teacher forcing.
-
-        src (B, S) int64, src_lens (B,) int64 CPU, tgt_in (B, T) int64 starting with BOS.
-        Returns logits (B, T, V) and attention weights (B, T, S) (float32, zero on padding).
-        """
+    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Output:
+        """Teacher forcing: src (B, S) int64, src_lens (B,) int64 CPU, tgt_in (B, T) int64
+        starting with BOS -> logits (B, T, V), attention (B, T, S), copy gate (B, T)."""
         enc = self.encode(src, src_lens)
         emb = self.dropout(self.tgt_embed(tgt_in))  # (B, T, E)
         pre, weights = self.decoder(emb, self.init_state(enc), enc)  # (B, T, D), (B, T, S)
-        return self.generator(pre), weights
+        gate = None
+        if self.copy_gate is not None:  # the mixture itself is formed by the loss
+            gate = self.copy_gate(pre, _context(weights, enc.states), emb)  # (B, T)
+        return Output(logits=self.generator(pre), attention=weights, src=src, gate=gate)
 
 
 def _embedding(vocab_size: int, size: int, pad_id: int) -> nn.Embedding:
@@ -329,7 +374,15 @@ def _assemble(
         dropout=cfg.dropout,
         tie_to=tgt_embed if cfg.tie_embeddings else None,
     )
+    copy_gate = None
+    if cfg.copy:
+        if not shared_vocab:
+            raise ValueError("model.copy: needs one joint vocabulary (tokenizer.joint: true)")
+        copy_gate = CopyGate(
+            pre_size=decoder.output_size, context_size=encoder.output_size, emb_size=cfg.emb_size
+        )
     return Seq2Seq(
+        copy_gate=copy_gate,
         src_embed=src_embed,
         tgt_embed=tgt_embed,
         encoder=encoder,

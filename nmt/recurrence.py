@@ -9,8 +9,9 @@ then one product over all B·T rows, as cuDNN's RNNs do; the input half of the g
 depends on the target embeddings only is computed outside, once for all steps.
 tests/test_recurrence.py compares both paths, values and gradients.
 
-Covers a 1-layer GRU decoder with any scorer; the attention weights it returns are for
-display and carry no gradient. Inside, matrix products run in the autocast dtype when
+Covers a 1-layer GRU decoder with any scorer. The attention weights it returns carry a
+gradient (copy attention's loss reads them); a loss that does not read them costs nothing
+for it (no gradient is materialised). Inside, matrix products run in the autocast dtype when
 autocast is on (weights cast once per batch, not once per step) and the gate arithmetic,
 softmax and saved states in float32, as cuDNN does for half-precision RNNs.
 
@@ -64,7 +65,7 @@ class _Loop(torch.autograd.Function):
         outs = run.forward(gi_emb, h0, keep=True)
         ctx.run = run
         ctx.dtypes = (gi_emb.dtype, h0.dtype, run.keys_in.dtype, run.values_in.dtype)
-        ctx.mark_non_differentiable(outs[-1])
+        ctx.set_materialize_grads(False)  # unused outputs (the weights, mostly) give None
         return outs
 
     @staticmethod
@@ -72,7 +73,7 @@ class _Loop(torch.autograd.Function):
         run: _Run = ctx.run
         ctx.run = None  # free the saved steps as soon as the backward is done
         g_gi, g_h0, g_w_ir, g_w_hh, g_b_hh, g_w_c, g_w_q, g_b_q, g_v, g_keys, g_values = (
-            run.backward(grads[:-1])
+            run.backward(grads)
         )
         dt_gi, dt_h0, dt_k, dt_v = ctx.dtypes
         return (
@@ -194,10 +195,15 @@ class _Run:
             return out, alphas
         return out, torch.stack(contexts, dim=1), alphas
 
-    def _attend_back(self, dc: Tensor, s: dict[str, Tensor], acc: dict[str, list]) -> Tensor:
-        """Gradient of the context (B, Dv) -> gradient of the query (B, H)."""
+    def _attend_back(
+        self, dc: Tensor, g_alpha: Tensor | None, s: dict[str, Tensor], acc: dict[str, list]
+    ) -> Tensor:
+        """Gradients of the context (B, Dv) and of the weights (B, S) from outside (copy
+        attention; None: unused) -> gradient of the query (B, H)."""
         alpha = s["alpha"]
         d_alpha = torch.bmm(self.values, dc.unsqueeze(2)).squeeze(2)  # (B, S)
+        if g_alpha is not None:
+            d_alpha = d_alpha + g_alpha
         ds = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))  # (B, S) softmax'
         acc["dc"].append(dc)
         if self.w_q is None:
@@ -233,6 +239,7 @@ class _Run:
         return d_gi, d_h, d_x
 
     def backward(self, grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
+        """grads: of each output of `forward`, the weights last; None for an unused one."""
         steps = self.saved
         first = steps[0]["h"]
         B, H, T = first.size(0), first.size(1), len(steps)
@@ -243,6 +250,11 @@ class _Run:
 
         g_out = grad_of(0, H)  # (B, T, H)
         g_ctx = None if self.w_c is not None else grad_of(1, self.values.size(2))  # (B, T, Dv)
+        g_w = grads[-1]  # (B, T, S) or None
+
+        def g_alpha(t: int) -> Tensor | None:
+            return None if g_w is None else g_w[:, t].float()
+
         acc: dict[str, list] = {
             k: [] for k in ("d_gi", "d_gh", "d_c", "dc", "ds", "d_qp", "d_keys", "d_v")
         }
@@ -257,12 +269,12 @@ class _Run:
                 acc["d_c"].append(d_pre)
                 du = self._mm(d_pre, self.w_c.t())  # (B, Dv + H)
                 dv = self.values.size(2)
-                dh = dh + du[:, dv:] + self._attend_back(du[:, :dv], s, acc)
+                dh = dh + du[:, dv:] + self._attend_back(du[:, :dv], g_alpha(t), s, acc)
                 d_gi, dh, d_feed = self._gru_back(dh, s, acc)
             else:
                 d_gi, dh, d_x = self._gru_back(dh + g_out[:, t], s, acc)
                 assert g_ctx is not None
-                dh = dh + self._attend_back(d_x + g_ctx[:, t], s, acc)
+                dh = dh + self._attend_back(d_x + g_ctx[:, t], g_alpha(t), s, acc)
             d_gi_all.append(d_gi)
         return self._weight_grads(acc, d_gi_all, dh)
 

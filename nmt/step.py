@@ -17,18 +17,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from nmt.batching import Batch
+from nmt.copy import copy_loss
+from nmt.model import Output
 from nmt.runtime import Precision, autocast
 from nmt.tokenizer import PAD_ID
 
 
-def token_loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-    """Summed cross entropy over the non-pad target tokens, computed in fp32.
+def token_loss(out: Output, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Summed cross entropy over the non-pad target tokens, computed in fp32: of the
+    vocabulary distribution, or with copy attention of the mixture (`nmt.copy.copy_loss`).
 
-    logits (B, T, V) in any dtype, target (B, T) -> scalar (sum, not mean: the caller
-    divides by the tokens of the whole update so accumulation equals one large batch).
+    out: the model's teacher-forced output (logits (B, T, V) in any dtype); target (B, T) ->
+    scalar (sum, not mean: the caller divides by the tokens of the whole update so
+    accumulation equals one large batch).
     """
+    if out.gate is not None:
+        return copy_loss(out.logits, out.gate, out.attention, out.src, target, label_smoothing)
     return F.cross_entropy(
-        logits.float().flatten(0, 1),  # (B*T, V)
+        out.logits.float().flatten(0, 1),  # (B*T, V)
         target.flatten(),
         ignore_index=PAD_ID,
         label_smoothing=label_smoothing,
@@ -83,8 +89,8 @@ def update(
         sync = nullcontext() if last or no_sync is None else no_sync()
         with sync:
             with autocast(device, precision):
-                logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
-                loss = token_loss(logits, batch.tgt_out, label_smoothing)
+                out = model(batch.src, batch.src_lens, batch.tgt_in)
+                loss = token_loss(out, batch.tgt_out, label_smoothing)
             scaler.scale(loss / normaliser).backward()
         loss_sum += loss.detach()
     scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones

@@ -45,8 +45,8 @@ def validate(
             [split.src_ids[r] for r in rows], [split.tgt_ids[r] for r in rows], rows
         ).to(device)
         with autocast(device, precision):
-            logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
-            loss += token_loss(logits, batch.tgt_out, 0.0)
+            out = model(batch.src, batch.src_lens, batch.tgt_in)
+            loss += token_loss(out, batch.tgt_out, 0.0)
             result = greedy(
                 model,
                 batch.src,
@@ -57,7 +57,7 @@ def validate(
             )
         tokens += batch.n_tgt_tokens
         texts = prepared.tokenizer.decode_tgt([h[0].tokens for h in result.hypotheses])
-        for r, text in zip(rows, texts, strict=True):
+        for r, text in zip(batch.index.tolist(), texts, strict=True):
             hyps[r] = text
     model.train()
     val_loss = loss.item() / max(tokens, 1)

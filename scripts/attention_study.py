@@ -4,6 +4,8 @@ as configs/multi30k_en_fr.yaml says, the same number of updates, data and seeds.
 
     .venv/bin/python scripts/attention_study.py --steps 400 --seeds 1
     .venv/bin/python scripts/attention_study.py --steps 400 --seeds 1 2   # adds seed 2
+    .venv/bin/python scripts/attention_study.py --steps 1000 --only luong.dot luong.bilinear \
+        --copy                     # the best cells with copy attention off and on
 
 Resumable: a finished cell (its JSON in WORK/cells/) is not run again, so a second call
 with more seeds trains only the new cells. Per cell:
@@ -15,7 +17,10 @@ with more seeds trains only the new cells. Per cell:
   entropy, mean share of the most-attended source token, and how well its strongest source
   word per target word agrees with eflomal (a statistical word aligner, run once on the
   training corpus plus the test set): precision, recall and AER at word level, with
-  eflomal's intersection of both directions as sure links and their union as possible.
+  eflomal's intersection of both directions as sure links and their union as possible;
+- the share of names copied exactly in docs/names.tsv's sentences (names no training corpus
+  holds: `scripts/names_set.py`), greedy.
+With --copy, every cell is run twice, copy attention off and on (`model.copy`).
 Then one table (markdown, also in --out as JSON) and one figure (--figure): the attention of
 the same test sentence under every cell of seed 1, side by side.
 
@@ -26,6 +31,7 @@ Run nothing else meanwhile: the speeds are wall-clock measurements on a shared C
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import statistics
@@ -53,6 +59,9 @@ from nmt.evaluate import bleu  # noqa: E402
 from nmt.files import read_lines as lines  # noqa: E402
 from nmt.tokenizer import EOS_PIECE, TOKENIZER_FILES  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from names_set import names_copied  # noqa: E402
 
 CONFIG = ROOT / "configs" / "multi30k_en_fr.yaml"  # --config: another base (e.g. tiny, to try)
 TEST = "test_2016_flickr"
@@ -96,8 +105,8 @@ def eflomal_links(args: argparse.Namespace) -> tuple[list[set], list[set]]:
 # --------------------------------------------------------------------------- one cell
 
 
-def cell_name(decoder: str, scorer: str, seed: int, steps: int) -> str:
-    return f"{decoder}.{scorer}.seed{seed}.steps{steps}"
+def cell_name(decoder: str, scorer: str, seed: int, steps: int, copy: bool = False) -> str:
+    return f"{decoder}.{scorer}{'.copy' if copy else ''}.seed{seed}.steps{steps}"
 
 
 def shared_tokenizer(args: argparse.Namespace) -> Path:
@@ -120,7 +129,9 @@ def shared_tokenizer(args: argparse.Namespace) -> Path:
     return spm_run
 
 
-def train_cell(args: argparse.Namespace, decoder: str, scorer: str, seed: int, run_dir: Path):
+def train_cell(
+    args: argparse.Namespace, decoder: str, scorer: str, seed: int, run_dir: Path, copy: bool
+):
     spm_run = shared_tokenizer(args)
     if run_dir.exists():  # a cell cut short: start it again
         shutil.rmtree(run_dir)
@@ -134,6 +145,7 @@ def train_cell(args: argparse.Namespace, decoder: str, scorer: str, seed: int, r
         f"run.dir={run_dir}",
         f"model.attention={scorer}",
         *DECODERS[decoder],
+        f"model.copy={str(copy).lower()}",
         f"train.seed={seed}",
         f"train.max_steps={args.steps}",
         "train.max_epochs=0",
@@ -151,13 +163,13 @@ def forced_attention(tr: Translator, sources: list[str], refs: list[str]) -> lis
     """(T, S) attention of each sentence over its reference (teacher forcing), EOS included."""
     tok, model = tr.tokenizer, tr.model
     src_ids, tgt_ids = tok.encode_src(sources), tok.encode_tgt(refs)
-    out: list[torch.Tensor] = []
+    out: list[torch.Tensor] = [torch.zeros(0)] * len(sources)
     for i in range(0, len(sources), 64):
         rows = list(range(i, min(i + 64, len(sources))))
         batch = collate([src_ids[r] for r in rows], [tgt_ids[r] for r in rows], rows)
-        _, weights = model(batch.src, batch.src_lens, batch.tgt_in)  # (B, T, S)
-        for b, r in enumerate(rows):
-            out.append(weights[b, : len(tgt_ids[r]) + 1, : len(src_ids[r]) + 1].float())
+        weights = model(batch.src, batch.src_lens, batch.tgt_in).attention  # (B, T, S)
+        for b, r in enumerate(batch.index.tolist()):  # collate sorts by source length
+            out[r] = weights[b, : len(tgt_ids[r]) + 1, : len(src_ids[r]) + 1].float()
     return out
 
 
@@ -185,6 +197,7 @@ def evaluate_cell(
         kept.append(i)
     align = alignment_scores(predicted, [sure[i] for i in kept], [possible[i] for i in kept])
     sharp = sharpness(attn)
+    names = names_copied(tr, ROOT / "docs" / "names.tsv", beam=1)
     k = args.sentence
     return {
         "steps": val["step"],
@@ -199,6 +212,7 @@ def evaluate_cell(
         "align_recall": align.recall,
         "aer": align.aer,
         "aligned_sentences": align.sentences,
+        "names_copied": names,
         "example": {
             "source": hyps[k].src_tokens,
             "target": hyps[k].tgt_labels,
@@ -220,26 +234,29 @@ def mean_spread(values: list[float], digits: int = 1) -> str:
 
 def table(cells: dict[str, dict], seeds: list[int], steps: int) -> str:
     head = (
-        "| decoder | attention | val BLEU (greedy) | test BLEU (beam 5) | train tok/s | "
-        "decode sent/s | entropy (flat) | top share | align P / R | AER |"
+        "| decoder | attention | copy | val BLEU (greedy) | test BLEU (beam 5) | train tok/s | "
+        "decode sent/s | entropy (flat) | top share | align P / R | AER | names copied |"
     )
-    out = [head, "|" + "---|" * 10]
-    for decoder in DECODERS:
-        for scorer in SCORERS:
-            got = [cells[c] for s in seeds if (c := cell_name(decoder, scorer, s, steps)) in cells]
-            if not got:
-                continue
+    out = [head, "|" + "---|" * 12]
+    for decoder, scorer, copy in itertools.product(DECODERS, SCORERS, (False, True)):
+        names = [cell_name(decoder, scorer, s, steps, copy) for s in seeds]
+        got = [cells[c] for c in names if c in cells]
+        if not got:
+            continue
 
-            def col(key: str, digits: int = 1, got: list[dict] = got) -> str:
-                return mean_spread([g[key] for g in got], digits)
+        def col(key: str, digits: int = 1, got: list[dict] = got) -> str:
+            return mean_spread([g[key] for g in got], digits)
 
-            out.append(
-                f"| {decoder} | {scorer} | {col('val_bleu_greedy')} | {col('test_bleu_beam5')} "
-                f"| {col('train_tokens_per_s', 0)} | {col('decode_sentences_per_s', 1)} "
-                f"| {col('attention_entropy', 2)} ({col('uniform_entropy', 2)}) "
-                f"| {col('max_share', 2)} | {col('align_precision', 2)} / "
-                f"{col('align_recall', 2)} | {col('aer', 2)} |"
-            )
+        copied = [100 * g["names_copied"] for g in got if "names_copied" in g]
+        out.append(
+            f"| {decoder} | {scorer} | {'on' if copy else 'off'} "
+            f"| {col('val_bleu_greedy')} | {col('test_bleu_beam5')} "
+            f"| {col('train_tokens_per_s', 0)} | {col('decode_sentences_per_s', 1)} "
+            f"| {col('attention_entropy', 2)} ({col('uniform_entropy', 2)}) "
+            f"| {col('max_share', 2)} | {col('align_precision', 2)} / "
+            f"{col('align_recall', 2)} | {col('aer', 2)} "
+            f"| {mean_spread(copied) + ' %' if copied else '-'} |"
+        )
     return "\n".join(out)
 
 
@@ -277,30 +294,35 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "attention_study.json")
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "attention_study.png")
     ap.add_argument("--sentence", type=int, default=3, help="test sentence of the figure (from 0)")
+    ap.add_argument("--only", nargs="+", default=None, help="cells as DECODER.SCORER")
+    ap.add_argument("--copy", action="store_true", help="each cell with copy attention off and on")
     args = ap.parse_args()
     args.data, args.work = args.data.resolve(), args.work.resolve()
     (args.work / "cells").mkdir(parents=True, exist_ok=True)
     sure, possible = eflomal_links(args)
     cells: dict[str, dict] = {}
-    for seed in args.seeds:
-        for decoder in DECODERS:
-            for scorer in SCORERS:
-                name = cell_name(decoder, scorer, seed, args.steps)
-                done = args.work / "cells" / f"{name}.json"
-                if not done.is_file():
-                    print(f"{name}: training {args.steps} updates ...", flush=True)
-                    run_dir = args.work / "runs" / name
-                    train_cell(args, decoder, scorer, seed, run_dir)
-                    result = evaluate_cell(args, run_dir, sure, possible)
-                    result["config"] = {"steps": args.steps, "seed": seed}
-                    done.write_text(json.dumps(result))
-                cells[name] = json.loads(done.read_text())
-                c = cells[name]
-                print(
-                    f"{name}: val {c['val_bleu_greedy']:.1f}, test {c['test_bleu_beam5']:.1f}, "
-                    f"AER {c['aer']:.2f}",
-                    flush=True,
-                )
+    grid = [(d, s) for d in DECODERS for s in SCORERS]
+    if args.only:
+        grid = [(d, s) for d, s in grid if f"{d}.{s}" in args.only]
+    for seed, (decoder, scorer), copy in itertools.product(
+        args.seeds, grid, (False, True) if args.copy else (False,)
+    ):
+        name = cell_name(decoder, scorer, seed, args.steps, copy)
+        done = args.work / "cells" / f"{name}.json"
+        if not done.is_file():
+            print(f"{name}: training {args.steps} updates ...", flush=True)
+            run_dir = args.work / "runs" / name
+            train_cell(args, decoder, scorer, seed, run_dir, copy)
+            result = evaluate_cell(args, run_dir, sure, possible)
+            result["config"] = {"steps": args.steps, "seed": seed, "copy": copy}
+            done.write_text(json.dumps(result))
+        cells[name] = json.loads(done.read_text())
+        c = cells[name]
+        print(
+            f"{name}: val {c['val_bleu_greedy']:.1f}, test {c['test_bleu_beam5']:.1f}, "
+            f"AER {c['aer']:.2f}, names {100 * c.get('names_copied', 0):.1f} %",
+            flush=True,
+        )
     print()
     print(table(cells, args.seeds, args.steps))
     args.out.parent.mkdir(parents=True, exist_ok=True)

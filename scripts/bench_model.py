@@ -6,6 +6,11 @@ bf16 autocast (CPU) or fp16/bf16 autocast (CUDA). The model is the default Model
 (emb 256, bi-GRU 256, GRU decoder 512, concat attention) with the decoder style changed.
 
     .venv/bin/python scripts/bench_model.py --steps 10
+    .venv/bin/python scripts/bench_model.py --styles luong --dtypes fp32 --copy  # copy off/on
+
+The loss is the training loss (`nmt.step.token_loss`, label smoothing 0.1): with `--copy`,
+each setting is timed without and with copy attention, alternately `--repeats` times, and
+the ratio of the medians printed.
 
 On CPU, glibc gives each (B*T, V) float32 buffer over 32 MB (64 x 16 x 8000 logits) back to
 the OS and page-faults it in again at every step; raising its mmap threshold avoids that:
@@ -23,10 +28,10 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 from nmt.config import ModelConfig
 from nmt.model import Seq2Seq, build_model
+from nmt.step import token_loss
 
 PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # nmt.tokenizer's fixed ids
 STYLES = {
@@ -69,10 +74,7 @@ def tokens_per_second(
         start = time.perf_counter()
         autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
         with autocast:
-            logits, _ = model(src, src_lens, tgt_in)
-            loss = F.cross_entropy(
-                logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID
-            )
+            loss = token_loss(model(src, src_lens, tgt_in), tgt_out, 0.1)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -90,25 +92,44 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--styles", default=",".join(STYLES), help="decoder styles to time")
+    parser.add_argument("--dtypes", default=None, help="e.g. fp32,bf16; default all here")
+    parser.add_argument("--copy", action="store_true", help="time copy attention off and on")
+    parser.add_argument("--repeats", type=int, default=3, help="alternations with --copy")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    half = [torch.bfloat16] if device.type == "cpu" else [torch.float16, torch.bfloat16]
+    dtypes = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+    default = ["fp32", "bf16"] + ([] if device.type == "cpu" else ["fp16"])
+    names = args.dtypes.split(",") if args.dtypes else default
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}")
-    for style, changes in STYLES.items():
-        cfg = dataclasses.replace(ModelConfig(), **changes)  # type: ignore[arg-type]
-        for dtype in [None, *half]:
-            torch.manual_seed(0)
-            model = build_model(
-                cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, shared_vocab=True
-            ).to(device)
-            model.train()
-            tps = tokens_per_second(
-                model, dtype=dtype, steps=args.steps, device=device, vocab=args.vocab
-            )
-            name = "fp32" if dtype is None else str(dtype).removeprefix("torch.")
-            print(f"{style:14s} {name:9s} {tps:8.0f} target tokens/s")
+    for style in args.styles.split(","):
+        for name in names:
+            rates: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(args.repeats if args.copy else 1):
+                for copy in (False, True) if args.copy else (False,):
+                    cfg = dataclasses.replace(ModelConfig(), **STYLES[style], copy=copy)  # type: ignore[arg-type]
+                    torch.manual_seed(0)
+                    model = build_model(
+                        cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, shared_vocab=True
+                    ).to(device)
+                    model.train()
+                    rates[copy].append(
+                        tokens_per_second(
+                            model,
+                            dtype=dtypes[name],
+                            steps=args.steps,
+                            device=device,
+                            vocab=args.vocab,
+                        )
+                    )
+            off = statistics.median(rates[False])
+            line = f"{style:14s} {name:9s} {off:8.0f} target tokens/s"
+            if args.copy:
+                on = statistics.median(rates[True])
+                line += f"; copy {on:8.0f} ({on / off:.3f}x)"
+            print(line)
 
 
 if __name__ == "__main__":

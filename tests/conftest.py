@@ -12,7 +12,8 @@ from nmt.batching import collate
 from nmt.checkpoint import save_checkpoint
 from nmt.config import Config, load_config
 from nmt.model import build_model
-from nmt.tokenizer import PAD_ID, train_or_load
+from nmt.step import token_loss
+from nmt.tokenizer import train_or_load
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_DATA = ROOT / "tests" / "data" / "tiny"
@@ -38,8 +39,17 @@ def _lines(path: Path) -> list[str]:
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     """Tokenizer trained on tests/data/tiny, model from configs/tiny.yaml, a few dozen Adam
     steps on the tiny corpus (a couple of seconds), saved as a checkpoint."""
-    run_dir = tmp_path_factory.mktemp("tiny_run")
-    cfg = load_config(TINY_CONFIG, [f"run.dir={run_dir}", f"data.dir={TINY_DATA}"])
+    return _train_tiny(tmp_path_factory.mktemp("tiny_run"), [])
+
+
+@pytest.fixture(scope="session")
+def tiny_copy_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    """The same with copy attention (model.copy: true)."""
+    return _train_tiny(tmp_path_factory.mktemp("tiny_copy_run"), ["model.copy=true"])
+
+
+def _train_tiny(run_dir: Path, overrides: list[str]) -> TinyRun:
+    cfg = load_config(TINY_CONFIG, [f"run.dir={run_dir}", f"data.dir={TINY_DATA}", *overrides])
     src, tgt = _lines(TINY_DATA / "train.en"), _lines(TINY_DATA / "train.fr")
     tok = train_or_load(cfg.tokenizer, run_dir, src, tgt, log=lambda _: None)
     torch.manual_seed(cfg.train.seed)
@@ -57,10 +67,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     torch.set_num_threads(1)
     try:
         for _ in range(60):
-            logits, _ = model(batch.src, batch.src_lens, batch.tgt_in)
-            loss = torch.nn.functional.cross_entropy(
-                logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID
-            )
+            out = model(batch.src, batch.src_lens, batch.tgt_in)
+            loss = token_loss(out, batch.tgt_out, 0.0) / batch.n_tgt_tokens
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -67,7 +67,8 @@ SHAPES = [(7, 5), (4, 3), (5, 6)]  # the second sentence is padded on both sides
 def test_output_shapes_and_attention_rows(keys: dict[str, Any]) -> None:
     model = make_model(**keys).eval()
     src, lens, tgt_in = batch(SHAPES)
-    logits, attention = model(src, lens, tgt_in)
+    out = model(src, lens, tgt_in)
+    logits, attention = out.logits, out.attention
     assert logits.shape == (3, 6, V)
     assert attention.shape == (3, 6, 7)
     assert torch.allclose(attention.sum(-1), torch.ones(3, 6))
@@ -80,9 +81,11 @@ def test_output_shapes_and_attention_rows(keys: dict[str, Any]) -> None:
 def test_sentence_alone_equals_sentence_padded_in_a_batch(keys: dict[str, Any], cell: str) -> None:
     model = make_model(**keys, cell=cell, enc_layers=2, dec_layers=2).eval()
     src, lens, tgt_in = batch(SHAPES)
-    logits, attention = model(src, lens, tgt_in)
+    out = model(src, lens, tgt_in)
+    logits, attention = out.logits, out.attention
     alone_src, alone_lens, alone_tgt = src[1:2, :4], lens[1:2], tgt_in[1:2, :3]
-    alone_logits, alone_attention = model(alone_src, alone_lens, alone_tgt)
+    out = model(alone_src, alone_lens, alone_tgt)
+    alone_logits, alone_attention = out.logits, out.attention
     torch.testing.assert_close(logits[1:2, :3], alone_logits, atol=1e-5, rtol=0)
     torch.testing.assert_close(attention[1:2, :3, :4], alone_attention, atol=1e-5, rtol=0)
     assert (attention[1, :, 4:] == 0).all()
@@ -92,7 +95,8 @@ def test_sentence_alone_equals_sentence_padded_in_a_batch(keys: dict[str, Any], 
 def test_step_by_step_decoding_equals_teacher_forced_forward(keys: dict[str, Any]) -> None:
     model = make_model(**keys).eval()
     src, lens, tgt_in = batch(SHAPES)
-    logits, attention = model(src, lens, tgt_in)
+    out = model(src, lens, tgt_in)
+    logits, attention = out.logits, out.attention
     enc = model.encode(src, lens)
     state = model.init_state(enc)
     for t in range(tgt_in.size(1)):
@@ -131,7 +135,7 @@ def test_luong_parallel_fast_path_equals_step_by_step(attention: str, cell: str)
 def test_gradients_reach_every_parameter(keys: dict[str, Any], extra: dict[str, Any]) -> None:
     model = make_model(**keys, **extra, dropout=0.1).train()
     src, lens, tgt_in = batch(SHAPES)
-    logits, _ = model(src, lens, tgt_in)
+    logits = model(src, lens, tgt_in).logits
     logits.sum().backward()
     for name, param in model.named_parameters():
         assert param.grad is not None, f"{name} got no gradient"
@@ -210,11 +214,12 @@ def test_bf16_autocast_forward_is_finite_with_zero_attention_on_pads(style: str)
     model = make_model(**STYLES[style], cell="lstm").eval()
     src, lens, tgt_in = batch(SHAPES)
     with autocast(torch.device("cpu"), "bf16"):  # the project's, as training uses it
-        logits, attention = model(src, lens, tgt_in)
+        out = model(src, lens, tgt_in)
+        logits, attention = out.logits, out.attention
     assert torch.isfinite(logits).all() and torch.isfinite(attention).all()
     mask = torch.arange(7) < lens.unsqueeze(1)  # (B, S)
     assert (attention.masked_select(~mask.unsqueeze(1)) == 0).all()
-    reference, _ = model(src, lens, tgt_in)
+    reference = model(src, lens, tgt_in).logits
     torch.testing.assert_close(logits.float(), reference, atol=0.05, rtol=0.05)
 
 
@@ -235,7 +240,7 @@ def test_tiny_model_overfits_32_sentence_pairs(style: str) -> None:
     tgt_out = pad_batch([t[1:] + [EOS] for _, t in pairs])
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(80):
-        logits, _ = model(src, lens, tgt_in)
+        logits = model(src, lens, tgt_in).logits
         loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
         optimizer.zero_grad()
         loss.backward()
@@ -267,7 +272,8 @@ def test_a_model_built_to_be_loaded_draws_nothing_and_loads_to_the_same_model(ce
     assert torch.equal(torch.get_rng_state(), rng)  # not one random number drawn
     loaded.load_state_dict(trained.state_dict())
     src, src_lens, tgt_in = batch(SHAPES)
-    assert torch.equal(loaded.eval()(src, src_lens, tgt_in)[0], trained(src, src_lens, tgt_in)[0])
+    got, want = loaded.eval()(src, src_lens, tgt_in), trained(src, src_lens, tgt_in)
+    assert torch.equal(got.logits, want.logits)
     # The layers' own initialisation is back for the next model: the same seed, the same draw.
     again = make_model(**keys).state_dict()
     assert all(torch.equal(again[k], v) for k, v in trained.state_dict().items())

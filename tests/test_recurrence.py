@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F
 from test_model import PAD, SCORERS, batch, make_model
 
 from nmt.model import Seq2Seq
 from nmt.runtime import autocast
+from nmt.step import token_loss
 
 FED_BACK: dict[str, dict[str, Any]] = {
     "bahdanau": {"decoder": "bahdanau"},
@@ -20,6 +20,9 @@ FED_BACK: dict[str, dict[str, Any]] = {
 }
 COMBOS = [
     pytest.param({"attention": a, **FED_BACK[s]}, id=f"{a}-{s}")
+    for a, s in itertools.product(SCORERS, FED_BACK)
+] + [  # copy attention: its loss reads the attention weights, so their gradient flows back
+    pytest.param({"attention": a, "copy": True, **FED_BACK[s]}, id=f"{a}-{s}-copy")
     for a, s in itertools.product(SCORERS, FED_BACK)
 ]
 SHAPES = [(5, 6), (3, 4), (7, 2)]  # (source, target) lengths: padding on both sides
@@ -32,11 +35,11 @@ def loss_and_grads(
     model.zero_grad(set_to_none=True)
     src, lens, tgt = batch(SHAPES)
     target = torch.roll(tgt, -1, dims=1)  # any target: only the arithmetic is compared
+    target[:, 1] = src[:, 0]  # a target piece that copy attention can copy
     with autocast(torch.device("cpu"), precision):  # type: ignore[arg-type]
-        logits, weights = model(src, lens, tgt)
-        loss = F.cross_entropy(
-            logits.float().flatten(0, 1), target.flatten(), ignore_index=PAD, reduction="sum"
-        )
+        out = model(src, lens, tgt)
+        logits, weights = out.logits, out.attention
+        loss = token_loss(out, target.masked_fill(tgt == PAD, PAD), 0.1)
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return logits.detach().float(), weights.detach(), grads
@@ -69,9 +72,9 @@ def test_without_gradients_the_fused_loop_gives_the_same_outputs() -> None:
     model = make_model(decoder="luong", input_feeding=True, dropout=0.0).eval()
     src, lens, tgt = batch(SHAPES)
     with torch.no_grad():
-        fused, _ = model(src, lens, tgt)
+        fused = model(src, lens, tgt).logits
         model.decoder.fused = False
-        plain, _ = model(src, lens, tgt)
+        plain = model(src, lens, tgt).logits
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
 
 
@@ -79,6 +82,6 @@ def test_an_lstm_or_two_layers_take_the_step_by_step_path() -> None:
     for keys in ({"cell": "lstm"}, {"dec_layers": 2}):
         model = make_model(decoder="luong", input_feeding=True, **keys)
         src, lens, tgt = batch(SHAPES)
-        logits, _ = model(src, lens, tgt)
+        logits = model(src, lens, tgt).logits
         logits.sum().backward()  # runs, with nn.LSTM / a 2-layer nn.GRU per step
         assert model.decoder.rnn.weight_hh_l0.grad is not None

@@ -278,7 +278,10 @@ def tiny_model(attention: str = "concat", decoder: str = "bahdanau", feed: bool 
     }
     cfg = config_from_dict({"model": model_cfg})
     torch.manual_seed(0)
-    model = build_model(cfg.model, src_vocab_size=30, tgt_vocab_size=25, shared_vocab=False)
+    joint = cfg.model.copy  # copy attention writes source ids as target ids
+    model = build_model(
+        cfg.model, src_vocab_size=30, tgt_vocab_size=30 if joint else 25, shared_vocab=joint
+    )
     with torch.no_grad():
         model.generator.out.weight *= 6.0
     return model.eval()
@@ -294,9 +297,10 @@ def random_batch(lens: list[int], seed: int = 1) -> tuple[Tensor, Tensor]:
     return src, torch.tensor(lens)
 
 
+@pytest.mark.parametrize("copy", [False, True], ids=["", "copy"])
 @pytest.mark.parametrize("attention, decoder, feed", COMBOS)
-def test_beam_of_one_equals_greedy(attention, decoder, feed):
-    model = tiny_model(attention, decoder, feed)
+def test_beam_of_one_equals_greedy(attention, decoder, feed, copy):
+    model = tiny_model(attention, decoder, feed, copy=copy)
     src, lens = random_batch(PROBE_LENS)
     g = greedy(model, src, lens, **LIMITS)
     b = beam_search(model, src, lens, beam=1, nbest=1, **BEAM)
@@ -306,10 +310,11 @@ def test_beam_of_one_equals_greedy(attention, decoder, feed):
         assert torch.allclose(gh.attention, bh.attention, atol=1e-6)
 
 
+@pytest.mark.parametrize("copy", [False, True], ids=["", "copy"])
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 @pytest.mark.parametrize("search", ["greedy", "beam"])
-def test_sentence_alone_equals_sentence_in_a_batch(cell, search):
-    model = tiny_model("concat", "luong", True, cell=cell)
+def test_sentence_alone_equals_sentence_in_a_batch(cell, search, copy):
+    model = tiny_model("concat", "luong", True, cell=cell, copy=copy)
     lens = [5, 1, 9, 3, 7]
     src, src_lens = random_batch(lens)
 
@@ -340,7 +345,8 @@ def test_beam_scores_and_attention_match_teacher_forcing(attention, decoder, fee
             tgt_in = torch.tensor([[BOS_ID, *h.tokens]])
             tgt_out = torch.tensor(h.tokens + ([EOS_ID] if h.finished else []))
             with torch.no_grad():
-                logits, attn = model(src[i : i + 1], lens[i : i + 1], tgt_in)
+                out = model(src[i : i + 1], lens[i : i + 1], tgt_in)
+                logits, attn = out.logits, out.attention
             logp = logits[0].float().log_softmax(-1)[: tgt_out.numel()]
             expected = float(logp.gather(1, tgt_out.unsqueeze(1)).sum())
             assert h.logprob == pytest.approx(expected, abs=1e-4)

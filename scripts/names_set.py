@@ -1,0 +1,177 @@
+"""Write the names test set: English sentences with names no training corpus holds, their
+French, and the name each one must carry over (docs/names.tsv), and score translations of it.
+
+    python scripts/names_set.py write [--data ../shared/data]   # (re)writes docs/names.tsv
+    python scripts/names_set.py score docs/names.tsv HYPS       # share of names copied
+    python scripts/names_set.py model RUN_DIR [--beam 5]        # translate it, then score
+
+Names come from many languages and scripts (Latin with diacritics, Cyrillic, Greek, Han,
+Hangul, Kana, Devanagari, Arabic, Hebrew), short and long, at the start and in the middle of
+sentences, some with numbers beside them; some sentences are written all in lowercase or all
+in capitals. `write` drops every name that occurs, as a whole word in any case, in a corpus
+the shipped configs train on (Multi30k's train split, the whole Tatoeba file), so the set
+holds only names never seen. A name counts as copied when the translation holds it as a
+whole word: as written in the source (lowercase sentences: lowercase or capitalised;
+capitals: in capitals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+NAMES = [
+    # Germanic, Nordic
+    "Helga", "Sigrun", "Bjørn", "Søren", "Dagmar", "Åsa", "Thorvald", "Gudrun", "Wolfram",
+    # Slavic, Baltic, Hungarian, Romanian
+    "Małgorzata", "Wojciech", "Zbigniew", "Jiří", "Radka", "Ágnes", "Zoltán", "Gheorghe",
+    "Ioana", "Rūta", "Wojciechowski",
+    # Celtic, Dutch, French, Italian, Iberian, Basque
+    "Siobhán", "Niamh", "Oisín", "Tadhg", "Gwenaëlle", "Thijs", "Matthijs", "Anaïs",
+    "Bastien", "Raffaella", "Iñaki", "Itziar", "Begoña", "Xabier", "Conceição", "Gonçalo",
+    # African, Middle Eastern, Asian, Pacific, American (Latin script)
+    "Oluwaseun", "Chiamaka", "Ngozi", "Kwabena", "Abebe", "Thandiwe", "Sipho", "Aigerim",
+    "Nurlan", "Bolormaa", "Priyanka", "Raghav", "Tenzin", "Hinemoa", "Xiomara", "Yaretzi",
+    "Cuauhtémoc", "Thuy", "Minjun", "Seojin",
+    # Other scripts
+    "Дмитрий", "Светлана", "Νίκος", "Ελένη", "王芳", "李娜", "さくら", "지민", "प्रिया",
+    "فاطمة", "אביגיל",
+]  # fmt: skip
+
+TEMPLATES = [
+    ("{N} ate an apple.", "{N} a mangé une pomme."),
+    ("I saw {N} yesterday.", "J'ai vu {N} hier."),
+    ("{N} lives in Paris.", "{N} habite à Paris."),
+    ("Where is {N}?", "Où est {N} ?"),
+    ("My name is {N}.", "Je m'appelle {N}."),
+    ("{N} has 3 cats.", "{N} a 3 chats."),
+    ("Tom and {N} are playing in the park.", "Tom et {N} jouent dans le parc."),
+    ("I gave the book to {N}.", "J'ai donné le livre à {N}."),
+    ("{N} is reading a newspaper.", "{N} lit un journal."),
+    ("Have you met {N}?", "As-tu rencontré {N} ?"),
+    ("{N} will arrive at 7 o'clock.", "{N} arrivera à 7 heures."),
+    ("Tell {N} that I called.", "Dis à {N} que j'ai appelé."),
+    ("{N} bought 2 tickets for the concert.", "{N} a acheté 2 billets pour le concert."),
+    ("We are waiting for {N}.", "Nous attendons {N}."),
+]
+PER_NAME = 4  # templates per name, taken in turn: every name at the start and in the middle
+
+
+def _whole(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+
+
+def _seen_names(data: Path) -> set[str]:
+    """The NAMES that occur in the training corpora, as whole words in any case."""
+    texts = [data / "multi30k" / "train.en", data / "multi30k" / "train.fr"]
+    texts.append(data / "tatoeba" / "fra-eng.tsv")
+    corpus = "\n".join(p.read_text(encoding="utf-8") for p in texts).lower()
+    return {n for n in NAMES if _whole(n.lower()).search(corpus)}
+
+
+def rows(seen: set[str]) -> list[tuple[str, str, str, str]]:
+    """(English, French, name as it must come out, variant) for each sentence."""
+    out = []
+    names = [n for n in NAMES if n not in seen]
+    for i, name in enumerate(names):
+        for j in range(PER_NAME):
+            en, fr = TEMPLATES[(i * PER_NAME + j) % len(TEMPLATES)]
+            en, fr = en.replace("{N}", name), fr.replace("{N}", name)
+            out.append((en, fr, name, "cased"))
+        en, fr = TEMPLATES[i % len(TEMPLATES)]
+        if i % 2 == 0 and name.lower() != name:  # every other name: a lowercase sentence
+            name_l = name.lower()
+            out.append((en.replace("{N}", name_l).lower(), fr.replace("{N}", name_l).lower(),
+                        name_l, "lowercase"))  # fmt: skip
+        elif name.upper() != name:  # the others: capitals
+            out.append((en.replace("{N}", name).upper(), fr.replace("{N}", name).upper(),
+                        name.upper(), "capitals"))  # fmt: skip
+    return out
+
+
+def copied(name: str, variant: str, hypothesis: str) -> bool:
+    """Whether `hypothesis` carries `name` over exactly (see the module's docstring)."""
+    forms = [name] + ([name.capitalize()] if variant == "lowercase" else [])
+    return any(_whole(form).search(hypothesis) for form in forms)
+
+
+def read_table(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def names_copied(translator: Any, names: Path, *, beam: int) -> float:
+    """The share of `names`' sentences whose name `translator` carries over exactly."""
+    table = read_table(names)
+    out = translator.translate([row["en"] for row in table], beam=beam)
+    hits = [copied(r["name"], r["variant"], t.text) for r, t in zip(table, out, strict=True)]
+    return sum(hits) / len(hits)
+
+
+def report(table: list[dict[str, str]], hyps: list[str]) -> None:
+    """The share copied, overall and per variant, and the first misses."""
+    by_variant: dict[str, list[bool]] = {}
+    misses = []
+    for row, hyp in zip(table, hyps, strict=True):
+        ok = copied(row["name"], row["variant"], hyp)
+        by_variant.setdefault(row["variant"], []).append(ok)
+        if not ok:
+            misses.append(f"  {row['name']}: {row['en']} -> {hyp}")
+    every = [ok for oks in by_variant.values() for ok in oks]
+    print(
+        f"names copied exactly: {sum(every)}/{len(every)} = {100 * sum(every) / len(every):.1f} %"
+    )
+    for variant, oks in by_variant.items():
+        print(f"  {variant}: {sum(oks)}/{len(oks)} = {100 * sum(oks) / len(oks):.1f} %")
+    print("misses:\n" + "\n".join(misses[:40]) if misses else "misses: none")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("write")
+    w.add_argument("--data", type=Path, default=Path("../shared/data"))
+    w.add_argument("--out", type=Path, default=Path("docs/names.tsv"))
+    s = sub.add_parser("score")
+    s.add_argument("names", type=Path)
+    s.add_argument("hyps", type=Path, help="one translation per line of the set's English")
+    m = sub.add_parser("model")
+    m.add_argument("model", nargs="+", help="run directory or checkpoint (several: an ensemble)")
+    m.add_argument("--names", type=Path, default=Path("docs/names.tsv"))
+    m.add_argument("--beam", type=int, default=5)
+    m.add_argument("--hyps", type=Path, help="also write the translations here")
+    args = parser.parse_args()
+    if args.command == "write":
+        seen = _seen_names(args.data)
+        table = rows(seen)
+        with args.out.open("w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f, delimiter="\t", lineterminator="\n")
+            writer.writerow(["en", "fr", "name", "variant"])
+            writer.writerows(table)
+        dropped = ", ".join(sorted(seen)) or "none"
+        print(f"{args.out}: {len(table)} sentences, {len(NAMES) - len(seen)} names "
+              f"({len(seen)} dropped, seen in training: {dropped})")  # fmt: skip
+        return
+    if args.command == "score":
+        table = read_table(args.names)
+        hyps = args.hyps.read_text(encoding="utf-8").splitlines()
+        if len(hyps) != len(table):
+            sys.exit(f"{args.hyps}: {len(hyps)} lines for {len(table)} sentences")
+        report(table, hyps)
+        return
+    from nmt.translate import Translator
+
+    table = read_table(args.names)
+    translator = Translator.from_checkpoint(args.model if len(args.model) > 1 else args.model[0])
+    hyps = [t.text for t in translator.translate([r["en"] for r in table], beam=args.beam)]
+    if args.hyps:
+        args.hyps.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    report(table, hyps)
+
+
+if __name__ == "__main__":
+    main()
