@@ -23,15 +23,16 @@ class Batch:
     """A padded batch of sentence pairs, ready for the model."""
 
     src: Tensor  # (B, S) int64, source ids + [EOS], padded with PAD_ID
-    src_lens: Tensor  # (B,) int64, on CPU (pack_padded_sequence needs CPU lengths)
+    src_lens: Tensor  # (B,) int64, on CPU (pack_padded_sequence needs CPU lengths), descending
     tgt_in: Tensor  # (B, T) int64, [BOS] + target ids, padded; (B, 0) without targets
     tgt_out: Tensor  # (B, T) int64, target ids + [EOS], padded; (B, 0) without targets
-    index: Tensor  # (B,) int64, row numbers in the split (to restore corpus order)
+    index: Tensor  # (B,) int64 on CPU: the row number (as given) of each row, in batch order
     n_tgt_tokens: int  # non-pad target tokens
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """The same batch on `device`; `src_lens` stays on the CPU. To a GPU with
-        `non_blocking`, the tensors are pinned first so the copy really is asynchronous."""
+        """The same batch on `device`; `src_lens` and `index` (host bookkeeping) stay on the
+        CPU. To a GPU with `non_blocking`, the tensors are pinned first so the copy really is
+        asynchronous."""
         pin = non_blocking and torch.device(device).type == "cuda"
 
         def move(t: Tensor) -> Tensor:
@@ -42,14 +43,23 @@ class Batch:
             src=move(self.src),
             tgt_in=move(self.tgt_in),
             tgt_out=move(self.tgt_out),
-            index=move(self.index),
         )
 
 
 def collate(
     rows_src: list[list[int]], rows_tgt: list[list[int]] | None, index: Sequence[int]
 ) -> Batch:
-    """Pad rows of ids into a Batch: EOS after each source, BOS/EOS around each target."""
+    """Pad rows of ids into a Batch: EOS after each source, BOS/EOS around each target.
+
+    Rows are put in order of decreasing source length (stable; `index` says where each came
+    from), so that the encoder packs them with `enforce_sorted=True`: unsorted packing
+    copies its sort indices host -> device and back, two blocking copies per batch on a GPU.
+    """
+    order = sorted(range(len(rows_src)), key=lambda i: -len(rows_src[i]))
+    if order != list(range(len(order))):
+        rows_src = [rows_src[i] for i in order]
+        rows_tgt = None if rows_tgt is None else [rows_tgt[i] for i in order]
+        index = [index[i] for i in order]
     src = [[*r, EOS_ID] for r in rows_src]
     src_lens = torch.tensor([len(r) for r in src], dtype=torch.long)
     if rows_tgt is None:

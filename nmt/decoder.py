@@ -12,6 +12,7 @@ size per direction, Hd decoder hidden size, L layers, D pre-output size.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -33,10 +34,12 @@ class Encoded:
     mask: Tensor  # (B, S) bool, True = real token
     final: Tensor  # (Ld, B, Hd) the decoder's initial hidden state: bridged, or zeros
     final_cell: Tensor | None = None  # (Ld, B, Hd) the same for the LSTM cell state
+    src: Tensor | None = None  # (B, S) the source ids: what copy attention copies
 
     def select(self, index: Tensor) -> Encoded:
         """The sentences at `index` (B',), in that order, repeats allowed: beam search's view."""
         return Encoded(
+            src=None if self.src is None else self.src.index_select(0, index),
             states=self.states.index_select(0, index),
             keys=self.keys.index_select(0, index),
             mask=self.mask.index_select(0, index),
@@ -89,6 +92,37 @@ def rnn_layer(
         bidirectional=bidirectional,
         dropout=dropout if num_layers > 1 else 0.0,
     )
+
+
+def run_rnn(rnn: nn.GRU | nn.LSTM, x: Any, hx: RNNState | None) -> tuple[Any, RNNState]:
+    """`rnn(x, hx)`, on a GPU in float32 (TF32 products) outside autocast, whatever the
+    autocast dtype (`rnn_outside_autocast`); elsewhere as called. x: a (B, T, In) tensor or
+    a PackedSequence. Returns what nn.GRU / nn.LSTM return, in x's dtype on a GPU.
+    """
+    if not rnn_outside_autocast(x.data.device.type, torch.is_autocast_enabled("cuda")):
+        return rnn(x, hx)
+    dtype = x.data.dtype
+    with torch.autocast("cuda", enabled=False):
+        if isinstance(hx, tuple):
+            hx = (hx[0].float(), hx[1].float())
+        elif hx is not None:
+            hx = hx.float()
+        out, state = rnn(x.float(), hx)
+    return out.to(dtype), state
+
+
+def rnn_outside_autocast(device_type: str, autocast_on: bool) -> bool:
+    """Whether the RNN modules run in float32 outside autocast: on CUDA under autocast.
+
+    ATen's autocast wrapper for cuDNN RNNs casts to fp16 whatever the autocast dtype, so
+    under bf16 autocast (no loss scaling) the RNNs' gradients would be unscaled fp16 and
+    underflow; and each step-by-step call (search, input feeding, LSTM) would re-cast and
+    re-flatten the weights. In float32 the weights are used as they are, with TF32 tensor
+    cores (`runtime.configure_device`), and the products around the RNNs (attention, output
+    layer, the loss's) stay in the autocast dtype. On the CPU autocast leaves the RNNs in
+    the dtype it is given (bf16 where the CPU has bf16 units), which is measured and fine.
+    """
+    return device_type == "cuda" and autocast_on
 
 
 def fused_loop(
@@ -159,7 +193,7 @@ class BahdanauDecoder(nn.Module):
         query = state.hidden[-1]  # (B, Hd) s_{t-1}, top layer
         context, weights = self.attention(query, enc.keys, enc.states, enc.mask)
         rnn_in = torch.cat([emb, context], dim=-1).unsqueeze(1)  # (B, 1, E + 2He)
-        out, new = self.rnn(rnn_in, state.rnn_state())
+        out, new = run_rnn(self.rnn, rnn_in, state.rnn_state())
         h, c = split_rnn_state(new)
         return out.squeeze(1), context, DecoderState(hidden=h, cell=c), weights
 
@@ -241,7 +275,7 @@ class LuongDecoder(nn.Module):
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One step: emb (B, E) -> h̃_t (B, Hd), new state, attention (B, S)."""
         rnn_in = emb if state.feed is None else torch.cat([emb, state.feed], dim=-1)
-        out, new = self.rnn(rnn_in.unsqueeze(1), state.rnn_state())  # out (B, 1, Hd)
+        out, new = run_rnn(self.rnn, rnn_in.unsqueeze(1), state.rnn_state())  # (B, 1, Hd)
         h, c = split_rnn_state(new)
         h_tilde, weights = self._attend(out.squeeze(1), enc)
         feed = h_tilde if self.input_feeding else None
@@ -256,7 +290,7 @@ class LuongDecoder(nn.Module):
     def forward(self, emb: Tensor, state: DecoderState, enc: Encoded) -> tuple[Tensor, Tensor]:
         """Teacher forcing: emb (B, T, E) -> pre-outputs h̃ (B, T, Hd), attention (B, T, S)."""
         if not self.input_feeding:
-            out, _ = self.rnn(emb, state.rnn_state())  # (B, T, Hd)
+            out, _ = run_rnn(self.rnn, emb, state.rnn_state())  # (B, T, Hd)
             return self._attend(out, enc)
         fused = fused_loop(self, emb, state, enc)
         if fused is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import os
 import random
@@ -23,23 +24,46 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def resolve_device(
-    name: str, local_rank: int = 0, *, setting: str = "train.device"
+    name: str,
+    local_rank: int = 0,
+    *,
+    setting: str = "train.device",
+    distributed: bool = False,
 ) -> torch.device:
-    """`auto` = the local rank's GPU when there is one, else the CPU. `setting` names where
-    the value came from (a config key or a flag) in errors."""
+    """`auto` = a GPU when there is one, else the CPU. `setting` names where the value came
+    from (a config key or a flag) in errors.
+
+    Under torchrun (`distributed`) each process takes the GPU of its LOCAL_RANK among those
+    it sees; where it sees exactly one (Slurm's `srun` gives each task its own), that one,
+    whatever its rank. An explicit `cuda:N` would put every process on GPU N: refused.
+    """
     if not is_device_name(name):
         raise NmtError(f"{setting} {name!r}: expected {DEVICES}")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise NmtError(f"{setting}: {name!r} asked for, but no CUDA GPU is available")
-        if name == "cuda":
-            name = f"cuda:{local_rank}"
+    if not name.startswith("cuda"):
+        return torch.device(name)
+    if not torch.cuda.is_available():
+        raise NmtError(f"{setting}: {name!r} asked for, but no CUDA GPU is available")
+    count = torch.cuda.device_count()
+    if name != "cuda":
+        if distributed:
+            raise NmtError(
+                f"{setting}: {name!r} under torchrun would put every process on that GPU; "
+                "use cuda or auto (each process takes the GPU of its LOCAL_RANK)"
+            )
         index = int(name.split(":")[1])
-        if index >= torch.cuda.device_count():
-            raise NmtError(f"{setting}: {name!r}, but only {torch.cuda.device_count()} GPU(s)")
-    return torch.device(name)
+        if index >= count:
+            raise NmtError(f"{setting}: {name!r}, but only {count} GPU(s)")
+        return torch.device(name)
+    if not distributed or count == 1:
+        return torch.device("cuda:0")
+    if local_rank >= count:
+        raise NmtError(
+            f"{setting}: LOCAL_RANK {local_rank}, but this process sees only {count} GPUs "
+            "(CUDA_VISIBLE_DEVICES); run at most one process per GPU"
+        )
+    return torch.device(f"cuda:{local_rank}")
 
 
 @functools.cache
@@ -71,8 +95,12 @@ def resolve_precision(
         return "bf16" if cpu_has_bf16_matmul() else "fp32"
     if precision == "fp16" and device.type == "cpu":
         raise NmtError(f"{setting}: fp16 needs a GPU; use bf16 or fp32 on the CPU")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise NmtError(f"{setting}: this GPU has no bf16 support; use fp16 or fp32")
+    if precision == "bf16" and device.type == "cuda" and not cuda_has_native_bf16(device):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise NmtError(
+            f"{setting}: bf16 on this GPU (compute capability {major}.{minor}, below 8.0) is "
+            "emulated, slower than fp16; use fp16, fp32 or auto"
+        )
     return precision  # type: ignore[return-value]
 
 
@@ -105,6 +133,13 @@ def _without_onednn() -> Iterator[None]:
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def rank_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of a DDP process other than rank 0 once its model is built: each rank its
+    own dropout masks (with one stream, every replica drops the same units), and from the
+    step, so that a resumed run (whose checkpoint holds rank 0's generator) draws alike."""
+    return seed + 1_000_003 * rank + step
 
 
 def configure_device(device: torch.device, threads: int | None = None) -> None:
@@ -141,9 +176,15 @@ class Distributed:
             dist.barrier()
 
 
-def init_distributed(device_name: str) -> Distributed:
+def init_distributed(device_name: str, timeout_minutes: float) -> Distributed:
     """Join the process group that `torchrun` describes in the environment, if any:
-    NCCL between GPUs, gloo between CPU processes."""
+    NCCL between GPUs, gloo between CPU processes.
+
+    The collectives' timeout (`train.dist_timeout_minutes`) must cover the longest time one
+    rank works alone while the others wait: rank 0 preparing the data (training the
+    tokenizer, tokenizing, perhaps downloading) behind a barrier, and validating and saving
+    behind a broadcast. NCCL's default of 10 minutes kills a job whose preparation is long.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Distributed()
@@ -151,7 +192,10 @@ def init_distributed(device_name: str) -> Distributed:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     wants_gpu = device_name != "cpu" and torch.cuda.is_available()
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if wants_gpu else "gloo")
+        dist.init_process_group(
+            backend="nccl" if wants_gpu else "gloo",
+            timeout=datetime.timedelta(minutes=timeout_minutes),
+        )
     return Distributed(rank=rank, world=world, local_rank=local_rank)
 
 

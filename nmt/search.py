@@ -114,9 +114,19 @@ def _top_log_probs(logits: Tensor, k: int, t: int, min_len: int) -> tuple[Tensor
     return top - norm, ids
 
 
+def _to(index: Tensor, device: torch.device) -> Tensor:
+    """A CPU index tensor on `device`: pinned and non-blocking to a GPU, so that the copy
+    does not wait for the host."""
+    if device.type != "cuda":
+        return index
+    return index.pin_memory().to(device, non_blocking=True)
+
+
 @dataclass
 class _Ended:
-    """Hypotheses that ended at one step (on the CPU): the rows of several sentences."""
+    """Hypotheses that ended at one step: the rows of several sentences. `sentence` is on
+    the CPU; the rest stays on the model's device until `_collect`, so that the step loop
+    copies nothing back (its one host sync is the EOS test)."""
 
     sentence: Tensor  # (n,) index of the sentence in the batch
     tokens: Tensor  # (n, t+1) the tokens, the last one EOS when `eos`
@@ -142,7 +152,7 @@ def _collect(
         for s, toks, attn, lp in zip(
             chunk.sentence.tolist(),
             chunk.tokens.tolist(),
-            chunk.attention,
+            chunk.attention.cpu(),
             chunk.logprob.tolist(),
             strict=True,
         ):
@@ -207,14 +217,14 @@ def greedy(
             for eos, rows in ((True, is_eos), (False, at_limit & ~is_eos)):
                 if rows.any():
                     idx = rows.nonzero().squeeze(1)
-                    dev_idx = idx.to(device)
+                    dev_idx = _to(idx, device)
                     ended.append(
                         _Ended(
                             sentence=alive[idx],
-                            tokens=tokens[dev_idx].cpu(),
-                            attention=attn_hist[dev_idx].cpu(),
+                            tokens=tokens[dev_idx],
+                            attention=attn_hist[dev_idx],
                             eos=eos,
-                            logprob=logprob[dev_idx].cpu(),
+                            logprob=logprob[dev_idx],
                         )
                     )
             done = is_eos | at_limit
@@ -223,7 +233,7 @@ def greedy(
                 alive = alive[keep]
                 if not alive.numel():
                     break
-                dev_keep = keep.to(device)
+                dev_keep = _to(keep, device)
                 enc = enc.select(dev_keep)
                 state = state.select(dev_keep)
                 best, tokens = best[dev_keep], tokens[dev_keep]
@@ -312,29 +322,30 @@ def beam_search(
             eos_cpu = eos_top.cpu()  # the step's one host sync
             if eos_cpu.any():
                 b, k = eos_cpu.nonzero(as_tuple=True)
-                r = rows[:, :K][b.to(device), k.to(device)]  # (n,) the beams EOS extends
+                flat = _to(b * K + k, device)  # (n,) one copy to the device
+                r = rows[:, :K].reshape(-1)[flat]  # (n,) the beams EOS extends
                 eos_col = torch.full((r.numel(), 1), EOS_ID, dtype=torch.long, device=device)
                 ended.append(
                     _Ended(
                         sentence=alive[b],
-                        tokens=torch.cat([tokens[r], eos_col], dim=1).cpu(),
-                        attention=torch.cat([attn_hist[r], attn[r].unsqueeze(1)], dim=1).cpu(),
+                        tokens=torch.cat([tokens[r], eos_col], dim=1),
+                        attention=torch.cat([attn_hist[r], attn[r].unsqueeze(1)], dim=1),
                         eos=True,
-                        logprob=top[:, :K][b.to(device), k.to(device)].cpu(),
+                        logprob=top[:, :K].reshape(-1)[flat],
                     )
                 )
                 n_ended[alive] += eos_cpu.sum(dim=1)
             at_limit = t + 1 >= limits[alive]  # (Ba,)
             if at_limit.any():
                 b = at_limit.nonzero().squeeze(1)
-                r = (b.to(device).unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+                r = _to((b.unsqueeze(1) * K + torch.arange(K)).view(-1), device)
                 ended.append(
                     _Ended(
                         sentence=alive[b].repeat_interleave(K),
-                        tokens=tokens_next[r].cpu(),
-                        attention=attn_next[r].cpu(),
+                        tokens=tokens_next[r],
+                        attention=attn_next[r],
                         eos=False,
-                        logprob=scores.view(-1)[r].cpu(),
+                        logprob=scores.view(-1)[r],
                     )
                 )
             done = at_limit | (n_ended[alive] >= K)  # (Ba,)
@@ -342,8 +353,8 @@ def beam_search(
             if not keep.numel():
                 break
             if keep.numel() < Ba:
-                dev_keep = keep.to(device)
-                row_keep = (dev_keep.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+                dev_keep = _to(keep, device)
+                row_keep = _to((keep.unsqueeze(1) * K + torch.arange(K)).view(-1), device)
                 alive = alive[keep]
                 enc = enc.select(row_keep)  # a sentence's K rows are equal: no reorder needed
                 scores = scores[dev_keep]

@@ -42,6 +42,7 @@ from nmt.runtime import (
     StopSignals,
     configure_device,
     init_distributed,
+    rank_seed,
     resolve_device,
     resolve_precision,
     seed_everything,
@@ -94,10 +95,10 @@ def check_bad_steps(stats: Stats, pos: Position, tc: TrainConfig, saved: str) ->
     Reads device counters, so it runs at log steps only. `saved` says where the last good
     checkpoint is: a skipped update leaves the weights untouched, so nothing bad was saved.
     """
-    most = int(stats.most_skips.item())
-    pos.skipped_steps += int(stats.skips.item())
-    stats.skips.zero_()
-    stats.most_skips.zero_()
+    stats.read()
+    most, skips = int(stats.host["most_skips"]), int(stats.host["skips"])
+    pos.skipped_steps += skips
+    stats.host["skips"] = stats.host["most_skips"] = 0.0
     if most >= tc.max_bad_steps:
         raise NmtError(
             f"stopped at step {pos.step}: {most} updates in a row had inf/NaN loss or gradients "
@@ -128,7 +129,7 @@ def fit(
     config_path: str | None = None,
 ) -> FitResult:
     """Train the model `cfg` describes; returns where training ended and why."""
-    ctx = init_distributed(cfg.train.device)
+    ctx = init_distributed(cfg.train.device, cfg.train.dist_timeout_minutes)
     log = log if ctx.is_main else _quiet
     try:
         with StopSignals(log) as signals:
@@ -160,7 +161,7 @@ def _fit(
     config_path: str | None,
 ) -> FitResult:
     tc = cfg.train
-    device = resolve_device(tc.device, ctx.local_rank)
+    device = resolve_device(tc.device, ctx.local_rank, distributed=ctx.enabled)
     precision = resolve_precision(tc.precision, device)
     configure_device(device, tc.threads)
     run = RunFiles(cfg.run_dir, tc.keep_last)
@@ -200,9 +201,11 @@ def _fit(
     pos, model = ts.pos, ts.model
     net: nn.Module = model
     if ctx.enabled:
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
+        # device_ids=None: the batches are on the device already; with device_ids DDP would
+        # move src_lens (CPU, for packing) to the GPU and the model would copy it back.
+        net = nn.parallel.DistributedDataParallel(model, device_ids=None)
+        if not ctx.is_main:  # each rank its own dropout masks
+            torch.manual_seed(rank_seed(tc.seed, ctx.rank, pos.step))
     n_params = sum(p.numel() for p in model.parameters())
     log(
         f"model: {n_params:,} parameters; device {device}, precision {precision}"
@@ -304,7 +307,9 @@ def _fit(
     finally:
         reporter.close()
     if ctx.is_main:
-        point_latest_at(cfg.run_dir)
+        not_linked = point_latest_at(cfg.run_dir)
+        if not_linked:
+            log(f"warning: {not_linked}")
         best = f"{pos.best_score:.2f}" if pos.best_score is not None else "-"
         log(
             f"stopped by {stopped_by} at step {pos.step} ({pos.epoch} full epochs); "
@@ -322,29 +327,35 @@ def _validate_and_save(
     ctx: Distributed,
     epoch: int,
 ) -> None:
-    """Validate on rank 0, record the row, save last (and best) checkpoints; then share the
-    early-stopping count with every rank, so that all of them stop together."""
+    """Validate on rank 0 and share its score, so that every rank takes the same decisions
+    (the plateau schedule's learning rate, the best score, early stopping); then rank 0
+    records the row and saves last (and best) checkpoints. With a learning rate cut on rank 0
+    alone, DDP would average gradients that each rank applies at its own rate, and the
+    replicas would drift apart."""
     pos, tc = ts.pos, ts.cfg.train
+    row: dict[str, Any] = {}
+    score = 0.0
     if ctx.is_main:
         row = _flush(stats, pos, epoch, ts.schedule.lr)
         scores = validate(ts.model, prepared, ts.cfg, ts.device, ts.precision)
         row.update(scores)
         score = scores["val_bleu"] if tc.valid_metric == "bleu" else -scores["val_loss"]
-        ts.schedule.validated(score)
-        improved = pos.best_score is None or score > pos.best_score
-        if improved:
-            pos.best_score, pos.bad_validations = score, 0
-        else:
-            pos.bad_validations += 1
+    if ctx.enabled:
+        shared = torch.tensor([score], dtype=torch.float64, device=ts.device)
+        dist.broadcast(shared, src=0)
+        score = float(shared.item())
+    ts.schedule.validated(score)
+    improved = pos.best_score is None or score > pos.best_score
+    if improved:
+        pos.best_score, pos.bad_validations = score, 0
+    else:
+        pos.bad_validations += 1
+    if ctx.is_main:
         reporter.record(row)
         if len(prepared.valid.src_ids):
             sample = prepared.valid.src_ids[0]
             reporter.attention_image(attention_of(ts.model, sample, ts.device), pos.step)
         run.save(ts.checkpoint(), step=pos.step, best=improved)
-    if ctx.enabled:
-        count = torch.tensor([pos.bad_validations], device=ts.device)
-        dist.broadcast(count, src=0)
-        pos.bad_validations = int(count.item())
 
 
 def _average_last(
@@ -387,8 +398,12 @@ def _average_last(
 # --------------------------------------------------------------------------- measuring
 
 
+_READ = ("loss", "grad_norm", "skips", "most_skips")  # the device sums a log step reads
+
+
 class Stats:
-    """Running sums between two log lines, kept on the device (no sync per step)."""
+    """Running sums between two log lines, kept on the device (no sync per step) and read
+    to the host in one copy (`read`) at log steps."""
 
     def __init__(self, device: torch.device) -> None:
         zero = torch.zeros((), device=device)
@@ -397,8 +412,10 @@ class Stats:
         self.skips = zero.clone()  # updates skipped since the last read
         self.run_of_skips = zero.clone()  # ... in a row, up to now
         self.most_skips = zero.clone()  # longest such run since the last read
+        self.host = dict.fromkeys(_READ, 0.0)  # what `read` brought over, until used
         self.tokens = 0
         self.updates = 0
+        self.unread = False
         self.started = self.began = time.perf_counter()
 
     def add(self, loss: torch.Tensor, grad_norm: torch.Tensor, tokens: int) -> None:
@@ -411,6 +428,21 @@ class Stats:
         torch.maximum(self.most_skips, self.run_of_skips, out=self.most_skips)
         self.tokens += tokens
         self.updates += 1
+        self.unread = True
+
+    def read(self) -> None:
+        """Add the device sums to `host` in one device-to-host copy (the log step's one sync)
+        and zero them; nothing to do when no update came since the last read."""
+        if not self.unread:
+            return
+        sums = [getattr(self, name) for name in _READ]
+        for name, value in zip(_READ, torch.stack(sums).tolist(), strict=True):
+            self.host[name] = (
+                max(self.host[name], value) if name == "most_skips" else (self.host[name] + value)
+            )
+        for t in sums:
+            t.zero_()
+        self.unread = False
 
 
 def _flush(stats: Stats, pos: Position, epoch: int, lr: float) -> dict[str, Any]:
@@ -425,14 +457,14 @@ def _flush(stats: Stats, pos: Position, epoch: int, lr: float) -> dict[str, Any]
         "lr": lr,
         "minutes": (now - stats.began) / 60,
     }
+    stats.read()
     if stats.updates:  # none when a resumed run validates before its first update
-        row["loss"] = stats.loss.item() / max(stats.tokens, 1)
+        row["loss"] = stats.host["loss"] / max(stats.tokens, 1)
         row["tokens_per_s"] = stats.tokens / elapsed if elapsed > 0 else 0.0
-        row["grad_norm"] = stats.grad_norm.item() / stats.updates
+        row["grad_norm"] = stats.host["grad_norm"] / stats.updates
     if pos.skipped_steps:
         row["skipped_steps"] = pos.skipped_steps
-    stats.loss.zero_()
-    stats.grad_norm.zero_()
+    stats.host["loss"] = stats.host["grad_norm"] = 0.0
     stats.tokens = 0
     stats.updates = 0
     stats.started = time.perf_counter()

@@ -100,10 +100,19 @@ class TrainState:
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.schedule.load_state_dict(saved["schedule"])
-        if saved["scaler"]:  # empty when written by a disabled scaler (older checkpoints)
-            self.scaler.load_state_dict(saved["scaler"])
+        if scaler_carries_over(saved.get("precision"), self.precision) and saved["scaler"]:
+            self.scaler.load_state_dict(saved["scaler"])  # (empty from a disabled scaler)
         self.pos = Position(**saved["position"])
         _set_rng_state(saved["rng"], self.device)
+
+
+def scaler_carries_over(saved_precision: str | None, precision: Precision) -> bool:
+    """Whether a checkpoint's GradScaler state is restored: only fp16 -> fp16. A bf16 or
+    fp32 run's scaler is pinned at 1.0 (growing every 2,000 steps): an fp16 run resumed from
+    it (H100 -> T4 with `auto`) would train for thousands of updates with underflowing
+    gradients, so it starts from `make_scaler`'s 2^16 instead; and an fp16 scale resumed in
+    bf16/fp32 would divide gradients that were never scaled."""
+    return saved_precision == "fp16" and precision == "fp16"
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -124,8 +133,19 @@ def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
+# What `TrainState.checkpoint` writes beyond the weights: a checkpoint without them (`nmt
+# average`'s output, a hand-made file) cannot continue a run.
+RESUME_KEYS = ("optimizer", "schedule", "scaler", "position", "rng")
+
+
 def check_resumable(cfg: Config, saved: dict[str, Any], run_dir: Path) -> None:
     """Resuming may change how training goes on (lr, steps, ...), not what is trained."""
+    missing = [k for k in RESUME_KEYS if k not in saved]
+    if missing:
+        raise NmtError(
+            f"{run_dir / 'last.pt'}: cannot resume: it holds no {', '.join(missing)} (weights "
+            "only, as `nmt average` writes); use another run.dir or --overwrite"
+        )
     old = config_from_dict(saved["config"])
     for section in ("model", "tokenizer", "data"):
         if getattr(old, section) != getattr(cfg, section):

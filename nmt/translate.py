@@ -25,6 +25,7 @@ from nmt.checkpoint import load_for_inference
 from nmt.config import Config
 from nmt.ensemble import Ensemble, check_compatible
 from nmt.errors import NmtError
+from nmt.model import Seq2Seq
 from nmt.runtime import Precision, autocast
 from nmt.search import Decodable, Hypothesis, beam_search, greedy, normalise
 from nmt.tokenizer import EOS_PIECE, UNK_ID, UNK_MARK
@@ -50,6 +51,7 @@ class Translation:
     finished: bool  # False when the length limit cut it before EOS, or the input was empty
     nbest: list[tuple[str, float]] = field(default_factory=list)  # (text, score), best first
     truncated: bool = False  # the source was longer than data.max_len and was cut
+    copied: list[float] | None = None  # copy attention: per row of `attention`, the share copied
 
     @property
     def tgt_labels(self) -> list[str]:
@@ -164,14 +166,15 @@ class Translator:
 
         out: list[Translation | None] = [None] * len(texts)
         for rows in _progress(batches, enabled=progress, total=len(todo)):
-            hyps = self._search([ids[r] for r in rows], beam=beam, nbest=nbest)
-            for r, sentence_hyps in zip(rows, hyps, strict=True):
+            hyps, copied = self._search([ids[r] for r in rows], beam=beam, nbest=nbest)
+            for i, (r, sentence_hyps) in enumerate(zip(rows, hyps, strict=True)):
                 out[r] = self._translation(
                     sentences[r],
                     texts[r],
                     sentence_hyps,
                     truncated=truncated[r],
                     shouted=cleaned[r][1],
+                    copied=None if copied is None else copied[i],
                 )
         for i, t in enumerate(out):
             if t is None:
@@ -201,10 +204,19 @@ class Translator:
             return lowered[:first] + lowered[first].upper() + lowered[first + 1 :], True
         return text, False
 
-    def _search(self, rows: list[list[int]], *, beam: int, nbest: int) -> list[list[Hypothesis]]:
+    def _search(
+        self, rows: list[list[int]], *, beam: int, nbest: int
+    ) -> tuple[list[list[Hypothesis]], list[list[float]] | None]:
+        """The hypotheses of each of `rows` (in that order) and, for a copy model, the best
+        one's copy shares."""
         batch = collate(rows, None, range(len(rows))).to(self.device)
         with autocast(self.device, self.precision):
-            return self._run_search(batch.src, batch.src_lens, beam=beam, nbest=nbest)
+            hyps = self._run_search(batch.src, batch.src_lens, beam=beam, nbest=nbest)
+            copied = copy_shares(self.model, batch.src, batch.src_lens, [h[0] for h in hyps])
+        # collate sorts by length: back to the order of `rows`
+        at = {row: b for b, row in enumerate(batch.index.tolist())}
+        order = [at[i] for i in range(len(rows))]
+        return [hyps[b] for b in order], None if copied is None else [copied[b] for b in order]
 
     def _run_search(
         self, src: Tensor, src_lens: Tensor, *, beam: int, nbest: int
@@ -241,7 +253,14 @@ class Translator:
         return result.hypotheses
 
     def _translation(
-        self, source: str, text: str, hyps: list[Hypothesis], *, truncated: bool, shouted: bool
+        self,
+        source: str,
+        text: str,
+        hyps: list[Hypothesis],
+        *,
+        truncated: bool,
+        shouted: bool,
+        copied: list[float] | None,
     ) -> Translation:
         tok = self.tokenizer
         texts = tok.decode_tgt([h.tokens for h in hyps])
@@ -265,6 +284,7 @@ class Translator:
             finished=best.finished,
             nbest=[(t, h.score) for t, h in zip(texts, hyps, strict=True)],
             truncated=truncated,
+            copied=copied,
         )
 
     def _copy_unknowns(self, h: Hypothesis, text: str, surfaces: list[str]) -> str:
@@ -285,6 +305,27 @@ class Translator:
             out = out.rstrip() + (" " if starts_word else "") + surfaces[j].strip()
             out += (" " if ends_word else "") + after.lstrip()
         return " ".join(out.split())
+
+
+@torch.inference_mode()
+def copy_shares(
+    model: Decodable, src: Tensor, src_lens: Tensor, best: Sequence[Hypothesis]
+) -> list[list[float]] | None:
+    """For a copy model (an ensemble: the mean of its copy members), the share of each of
+    `best`'s target pieces (and final EOS) copied from the source, 1 − g, by re-reading the
+    hypotheses teacher-forced: the gate the search saw, without carrying it through the
+    search. None for a model without copy attention."""
+    members = model.models if isinstance(model, Ensemble) else [model]
+    gated = [m for m in members if isinstance(m, Seq2Seq) and m.copy_gate is not None]
+    if not gated:
+        return None
+    targets = [h.tokens for h in best]
+    tgt_in = collate([[]] * len(best), targets, range(len(best))).tgt_in.to(src.device)  # BOS, y
+    shares = torch.stack([m(src, src_lens, tgt_in).copied for m in gated]).mean(0)  # (B, T)
+    return [
+        s[: len(h.tokens) + (1 if h.finished else 0)].tolist()
+        for s, h in zip(shares.float().cpu(), best, strict=True)
+    ]
 
 
 def _progress(batches: list[list[int]], *, enabled: bool, total: int) -> Iterator[list[int]]:

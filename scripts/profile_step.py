@@ -8,6 +8,12 @@ steps and prints the operators by self CPU time, grouped as in the README's prof
     .venv/bin/python scripts/profile_step.py configs/reference_rnn.yaml \
         --set data.root=../shared/data --precision fp32 [--checkpoint RUN/best.pt]
 
+`--count-syncs` instead counts, per update, the calls that make the host wait for a GPU
+(`SyncCounter`: reading a value, a device copy, a data-dependent size), with where they are
+made. On a GPU it counts calls on GPU tensors only; on a CPU there is no device to wait
+for, so it counts every such call, host-side ones (the source lengths that packing reads
+on the CPU by design) included, each with its call site: read them as an upper bound.
+
 Only one benchmark at a time on a small machine: two at once make both figures wrong.
 """
 
@@ -16,10 +22,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections import defaultdict
+import traceback
+from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
 
 from nmt.batching import collate, epoch_rows
@@ -46,6 +55,62 @@ GROUPS = {
 }
 
 
+# Tensor methods and functions whose result the host must wait for when the tensor is on a
+# GPU: a value read back, or a size that depends on the data.
+_READS = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
+_MOVES = {"to", "cpu", "cuda", "copy_"}  # copies that cross devices (host <-> GPU)
+
+
+class SyncCounter(TorchFunctionMode):
+    """Counts calls that synchronise the host with a GPU, by call site (file:line in nmt/).
+
+    `device` is where the model runs: on a GPU, reads count only on its tensors and moves
+    only between devices; on the CPU, every read and every move with a device argument
+    counts (there is nothing to tell a would-be device tensor from a host one).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.gpu = device.type == "cuda"
+        self.sites: Counter[str] = Counter()
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in _READS or name in _MOVES:
+            tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            if tensor is not None and self._counts(name, tensor, args[1:], kwargs):
+                self.sites[f"{name} at {_site()}"] += 1
+        return func(*args, **kwargs)
+
+    def _counts(self, name: str, tensor: torch.Tensor, rest: Any, kwargs: Any) -> bool:
+        if name in _READS:
+            return tensor.is_cuda or not self.gpu
+        if name == "cpu":
+            return tensor.is_cuda or not self.gpu
+        if name == "cuda":
+            return True
+        if name == "copy_":  # copy_(src): a copy between devices, never one within one
+            return any(isinstance(a, torch.Tensor) and a.device != tensor.device for a in rest)
+        targets = [a for a in (*rest, *kwargs.values()) if isinstance(a, (torch.device, str))]
+        if not targets:
+            return False  # .to(dtype)
+        where = torch.device(targets[0])
+        return where.type != tensor.device.type or not self.gpu
+
+    @property
+    def total(self) -> int:
+        return sum(self.sites.values())
+
+
+def _site() -> str:
+    """The innermost frame in nmt/ (or scripts/) that made the call."""
+    for frame in reversed(traceback.extract_stack()[:-2]):  # less _site, __torch_function__
+        if "/nmt/" in frame.filename or "/scripts/" in frame.filename:
+            return f"{Path(frame.filename).parent.name}/{Path(frame.filename).name}:{frame.lineno}"
+    return "torch"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("config")
@@ -55,6 +120,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30, help="timed steps")
     ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument(
+        "--count-syncs", action="store_true", help="count host syncs per update, by call site"
+    )
     ap.add_argument(
         "--step-by-step",
         action="store_true",
@@ -98,6 +166,16 @@ def main() -> None:
     ts.model.train()
     for b in batches[:3]:  # warm-up: allocator, oneDNN primitives
         step(b)
+    if args.count_syncs:
+        counter = SyncCounter(device)
+        n = 5
+        with counter:
+            for b in batches[3 : 3 + n]:
+                step(b)
+        print(f"{args.config} {precision} on {device}: {counter.total / n:g} host syncs an update")
+        for site, count in counter.sites.most_common():
+            print(f"  {count / n:g}  {site}")
+        return
     rates = []
     for b in batches[3 : 3 + args.steps]:
         start = time.perf_counter()
