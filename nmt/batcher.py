@@ -12,6 +12,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,6 +25,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("nmt.serve")
 
 
+class Busy(Exception):
+    """The queue of requests waiting to be decoded is full: come back later."""
+
+
+class TooSlow(Exception):
+    """A request waited and decoded longer than `Limits.request_seconds`."""
+
+
+class Gone(Exception):
+    """The client left before its request was decoded: it was dropped."""
+
+
 @dataclass
 class _Job:
     sentences: list[str]
@@ -31,6 +44,7 @@ class _Job:
     nbest: int
     tokens: int
     future: asyncio.Future[list[Translation]]
+    gone: Callable[[], Awaitable[bool]] | None = None  # whether the client has disconnected
 
 
 @dataclass
@@ -41,6 +55,9 @@ class Counters:
     sentences: int = 0
     batches: int = 0
     errors: int = 0
+    dropped: int = 0  # requests whose client left before they were read or decoded
+    busy: int = 0  # refused with 503: the queue was full
+    timeouts: int = 0  # answered 503: longer than the request time limit
 
 
 class Batcher:
@@ -50,7 +67,7 @@ class Batcher:
         self.translator = translator
         self.limits = limits
         self.counters = Counters()
-        self._queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self._queue: asyncio.Queue[_Job] = asyncio.Queue(limits.max_queue)
         # One thread: the model is used by one call at a time, and torch has its own threads.
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="nmt-decode")
         self._worker: asyncio.Task[None] | None = None
@@ -65,11 +82,31 @@ class Batcher:
             await asyncio.gather(self._worker, return_exceptions=True)
         self._executor.shutdown(wait=True)
 
-    async def translate(self, sentences: list[str], *, beam: int, nbest: int) -> list[Translation]:
+    async def translate(
+        self,
+        sentences: list[str],
+        *,
+        beam: int,
+        nbest: int,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> list[Translation]:
+        """The translations of `sentences`, decoded with those of other requests. `gone`
+        says whether the caller has left: then the request is dropped before decoding.
+        Raises Busy when the queue is full, TooSlow past `Limits.request_seconds`."""
         tokens = sum(len(ids) + 1 for ids in self.translator.tokenizer.encode_src(sentences))
-        job = _Job(sentences, beam, nbest, tokens, asyncio.get_running_loop().create_future())
-        await self._queue.put(job)
-        return await job.future
+        future = asyncio.get_running_loop().create_future()
+        job = _Job(sentences, beam, nbest, tokens, future, gone)
+        try:
+            self._queue.put_nowait(job)
+        except asyncio.QueueFull:
+            self.counters.busy += 1
+            raise Busy(f"{self.limits.max_queue} requests are waiting") from None
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.limits.request_seconds)
+        except TimeoutError:
+            future.cancel()  # not decoded yet: skipped; being decoded: its result dropped
+            self.counters.timeouts += 1
+            raise TooSlow(f"longer than {self.limits.request_seconds:g} s") from None
 
     async def _run(self) -> None:
         waiting: _Job | None = None
@@ -102,28 +139,48 @@ class Batcher:
             await self._decode(group)
 
     async def _decode(self, group: list[_Job]) -> None:
-        group = [j for j in group if not j.future.done()]  # callers gone: nothing to do
-        if not group:
-            return
-        sentences = [s for j in group for s in j.sentences]
-        call = functools.partial(
-            self.translator.translate,
-            sentences,
-            beam=group[0].beam,
-            nbest=group[0].nbest,
-            progress=False,
-        )
-        try:
-            out = await asyncio.get_running_loop().run_in_executor(self._executor, call)
-        except Exception as e:  # answered as a 500 to these callers; the server goes on
-            log.exception("decoding %d sentences failed", len(sentences))
-            for j in group:
-                if not j.future.done():
-                    j.future.set_exception(e)
-            return
-        self.counters.batches += 1
-        start = 0
-        for j in group:
+        live = []
+        for j in group:  # timed out (cancelled) or the client has left: nothing to do
+            if not j.future.done() and j.gone is not None and await j.gone():
+                j.future.set_exception(Gone())  # counted as dropped by the server
             if not j.future.done():
-                j.future.set_result(out[start : start + len(j.sentences)])
+                live.append(j)
+        if not live:
+            return
+        try:
+            out = await self._call([s for j in live for s in j.sentences], live[0])
+        except Exception as e:
+            if len(live) == 1:
+                self._fail(live[0], e)
+                return
+            # One bad sentence must fail its own request only: each request alone.
+            for j in live:
+                try:
+                    self._answer(j, await self._call(j.sentences, j))
+                except Exception as alone:
+                    self._fail(j, alone)
+            return
+        start = 0
+        for j in live:
+            self._answer(j, out[start : start + len(j.sentences)])
             start += len(j.sentences)
+
+    async def _call(self, sentences: list[str], like: _Job) -> list[Translation]:
+        call = functools.partial(
+            self.translator.translate, sentences, beam=like.beam, nbest=like.nbest, progress=False
+        )
+        out = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        self.counters.batches += 1
+        return out
+
+    @staticmethod
+    def _answer(job: _Job, out: list[Translation]) -> None:
+        if not job.future.done():
+            job.future.set_result(out)
+
+    @staticmethod
+    def _fail(job: _Job, error: Exception) -> None:
+        """Answered as a 500 to this caller; the server goes on."""
+        log.error("decoding %d sentence(s) failed: %r", len(job.sentences), error)
+        if not job.future.done():
+            job.future.set_exception(error)

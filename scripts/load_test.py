@@ -39,6 +39,7 @@ DEFAULT_SENTENCES = ROOT.parent / "shared" / "data" / "multi30k" / "val.en"
 class Served:
     url: str
     proc: subprocess.Popen[str]
+    stderr_text: str = ""  # what the server wrote to stderr, once it has exited
 
 
 @contextlib.contextmanager
@@ -68,10 +69,12 @@ def running_server(model: str, *args: str, timeout: float = 120) -> Iterator[Ser
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        yield Served(url, proc)
+        served = Served(url, proc)
+        yield served
         proc.send_signal(signal.SIGTERM)
-        if proc.wait(timeout=60) != 0:
-            raise RuntimeError(f"nmt serve exited with {proc.returncode}: {proc.communicate()[1]}")
+        served.stderr_text = proc.communicate(timeout=60)[1]
+        if proc.returncode != 0:
+            raise RuntimeError(f"nmt serve exited with {proc.returncode}: {served.stderr_text}")
     finally:
         proc.kill()
         proc.wait()
@@ -92,6 +95,8 @@ class Load:
     p50_ms: float
     p99_ms: float
     batches: int  # decoding calls the server made (GET /health)
+    abandoned: int = 0  # requests the leaving clients gave up on (not errors)
+    dropped: int = 0  # of those, never decoded by the server (GET /health)
 
 
 async def _client(
@@ -104,10 +109,19 @@ async def _client(
     per_request: int,
     latencies: list[float],
     failures: list[str],
+    leaves: list[int] | None = None,
 ) -> None:
+    """One client in a loop; with `leaves`, one that gives up on each request after a few
+    milliseconds (its connection closed mid-request), counting them there."""
     while time.monotonic() < stop_at:
         body = {"text": rng.sample(sentences, per_request), "beam": beam}
         start = time.monotonic()
+        if leaves is not None:
+            with contextlib.suppress(httpx.HTTPError):
+                await http.post(f"{url}/translate", json=body, timeout=0.005)
+            leaves.append(1)
+            await asyncio.sleep(0.02)
+            continue
         try:
             r = await http.post(f"{url}/translate", json=body)
             if r.status_code != 200:
@@ -128,14 +142,17 @@ async def measure(
     seconds: float,
     beam: int,
     per_request: int = 1,
+    leaving: int = 0,
 ) -> Load:
-    """`clients` clients in a loop for `seconds`, `per_request` random sentences a request."""
+    """`clients` clients in a loop for `seconds`, `per_request` random sentences a request;
+    `leaving` more that disconnect in the middle of every request."""
     latencies: list[float] = []
     failures: list[str] = []
+    leaves: list[int] = []
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(limits=limits, timeout=120) as http:
         await http.post(f"{url}/translate", json={"text": sentences[0], "beam": beam})  # warm-up
-        before = (await http.get(f"{url}/health")).json()["batches"]
+        before = (await http.get(f"{url}/health")).json()
         start = time.monotonic()
         stop_at = start + seconds
         await asyncio.gather(
@@ -150,12 +167,15 @@ async def measure(
                     per_request,
                     latencies,
                     failures,
+                    leaves if i >= clients else None,
                 )
-                for i in range(clients)
+                for i in range(clients + leaving)
             )
         )
         elapsed = time.monotonic() - start
-        batches = (await http.get(f"{url}/health")).json()["batches"] - before
+        await asyncio.sleep(1.0)  # the server's last abandoned requests reach the batcher
+        after = (await http.get(f"{url}/health")).json()
+        batches = after["batches"] - before["batches"]
     for failure in failures[:5]:
         print(f"{mode}: {failure}", file=sys.stderr)
     ms = sorted(1000 * x for x in latencies) or [float("nan")]
@@ -171,20 +191,24 @@ async def measure(
         p50_ms=round(statistics.median(ms), 1),
         p99_ms=round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1),
         batches=batches,
+        abandoned=len(leaves),
+        dropped=after.get("dropped", 0) - before.get("dropped", 0),
     )
 
 
 def table(loads: list[Load]) -> str:
     base = next((x for x in loads if x.mode == "one at a time"), None)
     lines = [
-        "| server | requests/s | sentences/s | p50 ms | p99 ms | errors | batches | speed-up |",
-        "|---|---|---|---|---|---|---|---|",
+        "| server | requests/s | sentences/s | p50 ms | p99 ms | errors | batches | speed-up "
+        "| abandoned (not decoded) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for x in loads:
         ratio = f"{x.requests_per_s / base.requests_per_s:.2f}x" if base else "-"
+        left = f"{x.abandoned} ({x.dropped})" if x.abandoned else "-"
         lines.append(
             f"| {x.mode} | {x.requests_per_s:,.1f} | {x.sentences_per_s:,.1f} | {x.p50_ms:,.0f} "
-            f"| {x.p99_ms:,.0f} | {x.errors} | {x.batches:,} | {ratio} |"
+            f"| {x.p99_ms:,.0f} | {x.errors} | {x.batches:,} | {ratio} | {left} |"
         )
     return "\n".join(lines)
 
@@ -215,6 +239,13 @@ def main() -> None:
         for mode, extra in (("batched", []), ("one at a time", ["--max-batch", "1"])):
             with running_server(args.model, "--device", args.device, *extra) as server:
                 loads.append(asyncio.run(measure(server.url, mode, sentences, **run)))
+        # The same clients, and a third as many again that leave in the middle of every
+        # request: a quarter of all the clients.
+        with running_server(args.model, "--device", args.device) as server:
+            mixed = measure(
+                server.url, "batched, 1/4 leaving", sentences, leaving=args.clients // 3, **run
+            )
+            loads.append(asyncio.run(mixed))
     print(table(loads))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

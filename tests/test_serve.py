@@ -191,7 +191,7 @@ def test_cli_errors_are_one_line_and_exit_2(tiny_run):
     try:
         for args, message in [
             (["--port", port], f"--port {port}: cannot listen"),
-            (["--max-batch", "0"], "--max-batch 0: expected at least 1"),
+            (["--max-batch", "0"], "--max-batch 0: expected a finite number from 1 to 4096"),
             (["--port", "70000"], "--port 70000: expected 0 to 65535"),
         ]:
             cmd = [sys.executable, "-m", "nmt", "serve", "-m", str(tiny_run.run_dir), *args]
