@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from nmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from nmt.files import write_output
 
 
 def step_checkpoints(run_dir: Path) -> list[Path]:
@@ -48,10 +49,10 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     if not paths:
         raise CheckpointError("no checkpoints to average")
     first_path = paths[0]
-    first = load_checkpoint(first_path)
+    first = _model_checkpoint(first_path)
     total = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
     for path in paths[1:]:
-        state = load_checkpoint(path)
+        state = _model_checkpoint(path)
         _check_same_model(first, first_path, state, path)
         for k, v in state["model"].items():
             if v.is_floating_point():
@@ -72,6 +73,19 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     }
 
 
+def _model_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint with a config mapping, a tokenizer and a mapping of weight tensors."""
+    state = load_checkpoint(path)
+    if not isinstance(state.get("config"), dict) or "tokenizer" not in state:
+        raise CheckpointError(f"{path}: not a model checkpoint (no config mapping or tokenizer)")
+    weights = state.get("model")
+    if not isinstance(weights, dict) or not all(
+        isinstance(v, torch.Tensor) for v in weights.values()
+    ):
+        raise CheckpointError(f"{path}: its weights are not a mapping of tensors")
+    return state
+
+
 def _check_same_model(
     first: dict[str, Any], first_path: Path, other: dict[str, Any], path: Path
 ) -> None:
@@ -88,5 +102,5 @@ def _check_same_model(
 def write_average(paths: list[Path], out: Path) -> dict[str, Any]:
     """Average `paths` and write the result to `out` atomically; returns what was written."""
     averaged = average_checkpoints(paths)
-    save_checkpoint(averaged, out)
+    save_checkpoint(averaged, out, write=write_output)  # a file the user named
     return averaged

@@ -13,6 +13,7 @@ import fnmatch
 import os
 import pickle
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ import torch
 
 from nmt.config import Config, ConfigError, config_from_dict
 from nmt.errors import NmtError
-from nmt.files import atomic_write
+from nmt.files import Data, atomic_write
 from nmt.tokenizer import TOKENIZER_FILES, Tokenizer
 
 if TYPE_CHECKING:
@@ -31,6 +32,9 @@ FORMAT_VERSION = 1
 LATEST_LINK = Path("runs") / "latest"
 # Files a finished or interrupted run leaves; their presence means "this run exists".
 RUN_MARKERS = ("last.pt", "best.pt", "metrics.jsonl")
+# Written first into every run directory nmt makes or takes: the files named like a run's
+# in a directory without it are the user's, never rewritten or deleted.
+OWNER_MARK = ".nmt-run"
 # The mean of the last checkpoints (`train.average_last`, or `nmt average -o` this name);
 # a run directory translates with it first, then best.pt, then last.pt.
 AVERAGED_NAME = "averaged.pt"
@@ -38,6 +42,7 @@ INFERENCE_ORDER = (AVERAGED_NAME, "best.pt", "last.pt")
 # Everything nmt writes in a run directory, by name pattern; `--overwrite` deletes these and
 # refuses a directory holding anything else. Folders list the patterns of their own entries.
 RUN_FILES = (
+    OWNER_MARK,
     *RUN_MARKERS,
     AVERAGED_NAME,
     "config.yaml",
@@ -85,10 +90,12 @@ class CheckpointError(NmtError):
     """A checkpoint or run directory that cannot be used."""
 
 
-def save_checkpoint(state: dict[str, Any], path: Path) -> None:
+def save_checkpoint(
+    state: dict[str, Any], path: Path, *, write: Callable[[Path, Data], None] | None = None
+) -> None:
     """Write `state` so that a crash, a kill or a full disk at any moment leaves the previous
-    file intact (`nmt.files.atomic_write`)."""
-    atomic_write(path, lambda f: torch.save({"format": FORMAT_VERSION, **state}, f))
+    file intact (`nmt.files.atomic_write`; `write=write_output` for a file the user named)."""
+    (write or atomic_write)(path, lambda f: torch.save({"format": FORMAT_VERSION, **state}, f))
 
 
 def load_checkpoint(
@@ -150,13 +157,24 @@ def resolve_checkpoint(model: str | Path | None) -> Path:
     return path
 
 
-def point_latest_at(run_dir: Path) -> None:
-    """Make `runs/latest` a link to the run just trained (replaced atomically)."""
-    LATEST_LINK.parent.mkdir(parents=True, exist_ok=True)
+def point_latest_at(run_dir: Path) -> str | None:
+    """Make `runs/latest` a link to the run just trained (replaced atomically). Anything
+    else at that name (a directory, a file: not a link nmt made) is left alone; returns
+    why, for a warning, or None."""
+    if LATEST_LINK.exists() and not LATEST_LINK.is_symlink():
+        return f"{LATEST_LINK} is not a link nmt made; left as it is (it names no run)"
     tmp = LATEST_LINK.with_name(f".latest.{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(os.path.relpath(run_dir.resolve(), LATEST_LINK.parent.resolve()))
-    os.replace(tmp, LATEST_LINK)
+    try:
+        LATEST_LINK.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(os.path.relpath(run_dir.resolve(), LATEST_LINK.parent.resolve()))
+        os.replace(tmp, LATEST_LINK)
+    except OSError as e:
+        return f"{LATEST_LINK}: not updated ({e.strerror or type(e).__name__})"
+    finally:
+        if tmp.is_symlink():
+            tmp.unlink()
+    return None
 
 
 @dataclass
@@ -176,11 +194,21 @@ def load_for_inference(model: str | Path | None, device: str | torch.device = "c
 
     path = resolve_checkpoint(model)
     state = load_checkpoint(path, mmap=True)
+    missing = [k for k in ("config", "tokenizer", "model") if k not in state]
+    if missing:
+        raise CheckpointError(f"{path}: not a model checkpoint (no {', '.join(missing)} in it)")
+    if not isinstance(state["config"], dict):
+        raise CheckpointError(f"{path}: its config is not a mapping of sections")
     try:
         cfg = config_from_dict(state["config"], source=str(path))
     except ConfigError as e:
         raise CheckpointError(f"{path}: its config no longer validates ({e})") from None
-    tokenizer = Tokenizer.from_bytes(state["tokenizer"])
+    try:
+        tokenizer = Tokenizer.from_bytes(state["tokenizer"])
+    except Exception as e:  # sentencepiece's own errors: not ours to list
+        raise CheckpointError(
+            f"{path}: its tokenizer cannot be read ({type(e).__name__})"
+        ) from None
     net = build_model(
         cfg.model,
         src_vocab_size=tokenizer.src_vocab_size,
@@ -188,9 +216,44 @@ def load_for_inference(model: str | Path | None, device: str | torch.device = "c
         shared_vocab=tokenizer.joint,
         initialise=False,  # every weight is loaded next
     )
-    net.load_state_dict(state["model"])
+    load_weights(net, state["model"], path)
     net.to(device).eval()
     return Loaded(config=cfg, tokenizer=tokenizer, model=net, state=state, path=path)
+
+
+def load_weights(net: torch.nn.Module, weights: Any, path: Path) -> None:
+    """`net.load_state_dict(weights)`, strict; weights that do not fit the model (missing,
+    extra, wrongly shaped: a file edited or mixed up) are one line naming the first."""
+    if not isinstance(weights, dict) or not all(
+        isinstance(v, torch.Tensor) for v in weights.values()
+    ):
+        raise CheckpointError(f"{path}: its weights are not a mapping of tensors")
+    own = net.state_dict()
+    missing = [k for k in own if k not in weights]
+    extra = [k for k in weights if k not in own]
+    shaped = [k for k in own if k in weights and weights[k].shape != own[k].shape]
+    for what, keys in (("lacks", missing), ("has unknown", extra)):
+        if keys:
+            raise CheckpointError(
+                f"{path}: its weights do not fit its config: {what} {keys[0]}"
+                + (f" and {len(keys) - 1} more" if len(keys) > 1 else "")
+            )
+    if shaped:
+        k = shaped[0]
+        raise CheckpointError(
+            f"{path}: its weights do not fit its config: {k} is {tuple(weights[k].shape)}, "
+            f"the model needs {tuple(own[k].shape)}"
+        )
+    net.load_state_dict(weights)
+
+
+def is_run_checkpoint_name(path: Path) -> bool:
+    """Whether `path` is a name a run directory's training writes (last.pt, best.pt,
+    step-N.pt) inside a run directory: an output there would replace a run's own file."""
+    own = path.name in ("last.pt", "best.pt") or fnmatch.fnmatchcase(path.name, "step-*.pt")
+    parent = path.parent
+    is_run = (parent / OWNER_MARK).exists() or any((parent / m).exists() for m in RUN_MARKERS)
+    return own and is_run
 
 
 class RunFiles:
@@ -209,12 +272,16 @@ class RunFiles:
         previous run and nothing else: a directory holding anything nmt did not write is
         refused, untouched.
         """
+        if self.dir.exists() and not self.dir.is_dir():
+            raise NmtError(f"run.dir {self.dir}: is a file; expected a directory (or none)")
         if resume:
             if not (self.dir / "last.pt").is_file() and not run_entries(self.dir):
                 raise NmtError(
                     f"{self.dir}: nothing to resume (no run here); train without --resume"
                 )
+            self._check_owned()
             return
+        self._check_owned()
         existing = [m for m in RUN_MARKERS if (self.dir / m).exists()]
         if existing and not overwrite:
             raise NmtError(
@@ -237,6 +304,22 @@ class RunFiles:
                 else:
                     entry.unlink()
         self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.dir / OWNER_MARK, b"a run directory of nmt train\n")
+
+    def _check_owned(self) -> None:
+        """Refuse a directory holding files named like a run's that no run wrote: no
+        OWNER_MARK and no checkpoint or metrics (runs made before the mark have those).
+        A user's own config.yaml kept in the experiment folder is never rewritten."""
+        if not self.dir.is_dir() or (self.dir / OWNER_MARK).exists():
+            return
+        if any((self.dir / m).exists() for m in RUN_MARKERS):
+            return  # a run written before OWNER_MARK existed
+        ours = [p for p in run_entries(self.dir) if p.name != OWNER_MARK]
+        if ours:
+            raise NmtError(
+                f"{self.dir}: holds {ours[0].name}, named like a run's file but not written by "
+                "a run (no .nmt-run here); nothing was changed: choose another run.dir or move it"
+            )
 
     def save(self, state: dict[str, Any], *, step: int, best: bool) -> None:
         """Write last.pt atomically; best.pt and step-N.pt are hard links to the same bytes

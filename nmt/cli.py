@@ -132,7 +132,8 @@ def average(
     """
     with user_errors():
         from nmt.average import last_checkpoints, write_average
-        from nmt.files import check_writable
+        from nmt.checkpoint import is_run_checkpoint_name
+        from nmt.files import check_output
 
         if last is not None:
             if len(checkpoints) != 1 or not checkpoints[0].is_dir():
@@ -145,11 +146,14 @@ def average(
             paths = list(checkpoints)
         if output.suffix != ".pt":
             raise NmtError(f"--output {output}: expected a file name ending .pt")
+        if is_run_checkpoint_name(output):
+            raise NmtError(
+                f"--output {output}: a run's own checkpoint (training writes and resumes from "
+                "it); write the average under another name, e.g. averaged.pt"
+            )
         if output.exists() and not overwrite:
             raise NmtError(f"--output {output}: exists; add --overwrite to replace it")
-        if output.resolve() in {p.resolve() for p in paths}:
-            raise NmtError(f"--output {output}: is one of the checkpoints being averaged")
-        check_writable(output, "--output")
+        check_output(output, "--output", [(p, "checkpoint") for p in paths])
         write_average(paths, output)
         typer.echo(f"{output}: the mean of {len(paths)} checkpoints ({', '.join(map(str, paths))})")
 

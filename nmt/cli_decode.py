@@ -6,7 +6,9 @@ rest are imported inside them, so `nmt --help` answers at once.
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,13 +21,15 @@ from nmt.cli_shared import (
     ModelOpt,
     PrecisionOpt,
     ProgressOpt,
+    model_inputs,
     show_progress,
     user_errors,
     warn,
 )
 from nmt.config import load_config
 from nmt.errors import NmtError
-from nmt.limits import Limits
+from nmt.files import FileError
+from nmt.limits import RANGES, Limits
 
 if TYPE_CHECKING:
     from nmt.translate import Translation, Translator
@@ -94,8 +98,8 @@ def translate(
     """
 
     with user_errors():
-        from nmt.display import plot_paths
-        from nmt.files import check_writable, read_lines, write_lines
+        from nmt.display import check_plot_paths, plot_paths
+        from nmt.files import check_output, read_lines, write_lines
         from nmt.translate import Translator
 
         if sentences and input_ is not None:
@@ -104,6 +108,19 @@ def translate(
             raise NmtError(
                 "--interactive reads stdin and prints: not with sentences, --input or --output"
             )
+        # Before any decoding: a bad output path should not cost a whole translation run, and
+        # no output may replace an input (the model's checkpoint included).
+        inputs = model_inputs(model) + ([(input_, "--input")] if input_ is not None else [])
+        if attention_plot is not None:
+            if attention_plot.suffix.lower() != ".png":
+                raise NmtError(
+                    f"--attention-plot {attention_plot}: expected a file name ending .png"
+                )
+            check_output(attention_plot, "--attention-plot", inputs)
+        if output is not None:
+            check_output(output, "--output", inputs)
+            if attention_plot is not None and attention_plot.absolute() == output.absolute():
+                raise NmtError(f"--attention-plot {attention_plot}: is also --output")
         if interactive or (not sentences and input_ is None and sys.stdin.isatty()):
             _interactive(
                 Translator.from_checkpoint(model or None, device, precision=precision, log=warn),
@@ -113,14 +130,9 @@ def translate(
                 attention_plot=attention_plot,
             )
             return
-        if attention_plot is not None and attention_plot.suffix.lower() != ".png":
-            raise NmtError(f"--attention-plot {attention_plot}: expected a file name ending .png")
-        # Before any decoding: a bad output path should not cost a whole translation run.
-        if output is not None:
-            check_writable(output, "--output")
-        if attention_plot is not None:
-            check_writable(attention_plot, "--attention-plot")
         lines = list(sentences) if sentences else read_lines(input_)
+        if attention_plot is not None:
+            check_plot_paths(attention_plot, len(lines))
         translator = Translator.from_checkpoint(
             model or None, device, precision=precision, log=warn
         )
@@ -176,14 +188,30 @@ def _interactive(
 
     if sys.stdin.isatty():
         typer.echo("type a sentence and press Enter; Ctrl-D leaves", err=True)
-    for i, line in enumerate(iter(sys.stdin.readline, "")):
+    for i, line in enumerate(_stdin_lines()):
         start = time.perf_counter()
         (t,) = translator.translate([line.rstrip("\r\n")], beam=beam, nbest=nbest, progress=False)
         seconds = time.perf_counter() - start
         plot = numbered_path(attention_plot, i + 1) if attention_plot is not None else None
+        if plot is not None and plot.exists():  # a file nmt was not asked to replace
+            warn(f"--attention-plot: {plot} exists; not replaced (no plot for line {i + 1})")
+            plot = None
         _show(t, _lines_of(t, i, nbest), show_attention=show_attention, plot=plot)
         sys.stdout.flush()  # the answer first, then its time on stderr
         typer.echo(f"({seconds:.2f} s)", err=True)
+
+
+def _stdin_lines() -> Iterator[str]:
+    """stdin's lines as they come, decoded as UTF-8: a line that is not is one clear error."""
+    stdin = getattr(sys.stdin, "buffer", None)
+    if stdin is None:  # a text stream without bytes underneath (tests' fakes)
+        yield from iter(sys.stdin.readline, "")
+        return
+    for i, raw in enumerate(iter(stdin.readline, b"")):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FileError(f"stdin: line {i + 1} is not valid UTF-8 (byte {e.start})") from None
 
 
 def eval_(
@@ -247,7 +275,7 @@ def eval_(
         import json
 
         from nmt.evaluate import PROTOCOLS, evaluate_split, test_sets
-        from nmt.files import check_writable, read_lines
+        from nmt.files import check_output, read_lines
         from nmt.translate import Translator
 
         if protocol not in PROTOCOLS:
@@ -258,12 +286,15 @@ def eval_(
             raise NmtError("--config and --src/--ref: name one source of test sets, not both")
         other = load_config(tests_of) if tests_of is not None else None
         if output is not None:
-            check_writable(output, "--output")
+            given_files = [(p, o) for p, o in ((src, "--src"), (ref, "--ref")) if p is not None]
+            check_output(output, "--output", model_inputs(model) + given_files)
         metrics = [m for m, on in (("bleu", bleu), ("chrf", chrf)) if on] or ["bleu"]
         given: list[tuple[str, list[str], list[str]]] = []
         if src is not None and ref is not None:  # read and checked before the model loads
             name = src.name.split(".")[0] or src.name  # test_2016_flickr.en -> test_2016_flickr
             given = [(name, read_lines(src), read_lines(ref))]
+            if not given[0][1]:
+                raise NmtError(f"--src {src}: empty; expected one sentence a line")
             if len(given[0][1]) != len(given[0][2]):
                 raise NmtError(
                     f"--src {src} has {len(given[0][1])} lines but --ref {ref} has "
@@ -340,12 +371,30 @@ def serve(
     max_beam: Annotated[
         int, typer.Option("--max-beam", help="Largest beam a request may ask for.")
     ] = Limits.max_beam,
+    max_queue: Annotated[
+        int, typer.Option("--max-queue", help="Requests waiting to be decoded; 503 beyond.")
+    ] = Limits.max_queue,
+    max_connections: Annotated[
+        int, typer.Option("--max-connections", help="Connections open at once; 503 beyond.")
+    ] = Limits.max_connections,
+    request_timeout: Annotated[
+        float,
+        typer.Option("--request-timeout", help="Seconds a request may wait and decode; 503 after."),
+    ] = Limits.request_seconds,
+    header_timeout: Annotated[
+        float,
+        typer.Option("--header-timeout", help="Seconds for a request's headers; closed after."),
+    ] = Limits.header_seconds,
+    body_timeout: Annotated[
+        float, typer.Option("--body-timeout", help="Seconds for a request's body; 408 after.")
+    ] = Limits.body_seconds,
     log_level: Annotated[
         str,
         typer.Option("--log-level", help="uvicorn's: debug, info (a line a request), warning."),
     ] = "info",
 ) -> None:
-    """Serve a model over HTTP: POST /translate, GET /health, /info, /docs, and a page at /.
+    """Serve a model over HTTP: POST /translate, GET /health, /info, /docs, and a page at /;
+    LibreTranslate's API under /libretranslate/ for its clients.
 
     Example: nmt serve --model runs/latest, then
     curl -s localhost:8080/translate -d '{"text": "A dog runs."}'
@@ -358,23 +407,37 @@ def serve(
         from nmt.serve import serve as run_server
         from nmt.translate import Translator
 
-        for flag, value, least in (
-            ("--max-batch", max_batch, 1),
-            ("--batch-wait-ms", batch_wait_ms, 0),
-            ("--max-sentences", max_sentences, 1),
-            ("--max-chars", max_chars, 1),
-            ("--max-beam", max_beam, 1),
+        for flag, key, value in (
+            ("--max-batch", "batch_sentences", max_batch),
+            ("--batch-wait-ms", "batch_wait_ms", batch_wait_ms),
+            ("--max-sentences", "max_sentences", max_sentences),
+            ("--max-chars", "max_chars", max_chars),
+            ("--max-beam", "max_beam", max_beam),
+            ("--max-queue", "max_queue", max_queue),
+            ("--max-connections", "max_connections", max_connections),
+            ("--request-timeout", "request_seconds", request_timeout),
+            ("--header-timeout", "header_seconds", header_timeout),
+            ("--body-timeout", "body_seconds", body_timeout),
         ):
-            if value < least:
-                raise NmtError(f"{flag} {value}: expected at least {least}")
+            least, most = RANGES[key]
+            if not math.isfinite(value) or not least <= value <= most:  # inf/nan: no answer
+                raise NmtError(f"{flag} {value}: expected a finite number from {least} to {most}")
         if not 0 <= port <= 65535:
             raise NmtError(f"--port {port}: expected 0 to 65535")
+        levels = ("critical", "error", "warning", "info", "debug", "trace")
+        if log_level.lower() not in levels:
+            raise NmtError(f"--log-level {log_level!r}: expected one of {', '.join(levels)}")
         limits = Limits(
             batch_sentences=max_batch,
             batch_wait_ms=batch_wait_ms,
             max_sentences=max_sentences,
             max_chars=max_chars,
             max_beam=max_beam,
+            max_queue=max_queue,
+            max_connections=max_connections,
+            request_seconds=request_timeout,
+            header_seconds=header_timeout,
+            body_seconds=body_timeout,
         )
         translator = Translator.from_checkpoint(
             model or None, device, precision=precision, log=warn

@@ -108,6 +108,19 @@ def load(config: Path, overrides: list[str] | None) -> Config:
         return load_config(config, overrides or [])
 
 
+def model_inputs(model: list[str] | None) -> list[tuple[Path, str]]:
+    """The checkpoint files `--model` names (`runs/latest`'s without one): inputs that an
+    output must not replace. A name that resolves to none is left to the loading to report."""
+    from nmt.checkpoint import CheckpointError, resolve_checkpoint
+
+    found = []
+    names: list[str | None] = list(model) if model else [None]
+    for name in names:
+        with contextlib.suppress(CheckpointError):
+            found.append((resolve_checkpoint(name), "--model"))
+    return found
+
+
 def warn(message: str) -> None:
     typer.echo(f"warning: {message}", err=True)
 

@@ -4,6 +4,13 @@ Every file the program writes (checkpoints, tokenizer models, caches, metrics, o
 goes through `atomic_write`: a crash, a kill or a full disk at any moment leaves either the
 old file or the new one, never half of one. Failures become one-line `FileError`s that name
 the path and say that the previous file is unchanged.
+
+A file the user names as an output (`--output`, `--attention-plot`) goes through
+`write_output`, which keeps what the user owns: a device or FIFO (`/dev/null`,
+`/dev/stdout`) is written in place, never replaced by a regular file; a symlink is
+followed and the file it points to written; a file with several hard links is written in
+place, so that every name still sees one file; an existing file keeps its permissions
+and owner. `check_output` refuses, before any work, an output that is one of the inputs.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -43,12 +51,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
+Data = bytes | Callable[[BinaryIO], None]
+
+
+def atomic_write(path: Path, data: Data, *, like: os.stat_result | None = None) -> None:
     """Write `data` (bytes, or a function that writes to a binary file) to `path` atomically.
 
     The bytes go to a temporary file in the same directory, are fsynced, and the file is
     renamed over `path` (atomic on POSIX); the directory is fsynced so the rename itself is
-    durable. The file gets ordinary permissions (0666 less the umask; `mkstemp` makes 0600).
+    durable. The file gets ordinary permissions (0666 less the umask; `mkstemp` makes 0600),
+    or those (and where allowed the owner) of `like`, the file it replaces.
     On any failure the temporary file is removed and `path` is left as it was.
     """
     path = Path(path)
@@ -58,7 +70,10 @@ def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
     except OSError as e:
         raise FileError(f"{path}: cannot write ({_reason(e)})") from None
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, 0o666 & ~_umask() if like is None else stat.S_IMODE(like.st_mode))
+        if like is not None and (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
+            with contextlib.suppress(OSError):  # only root may give a file away
+                os.fchown(fd, like.st_uid, like.st_gid)
         with os.fdopen(fd, "wb") as f:
             if isinstance(data, bytes):
                 f.write(data)
@@ -133,8 +148,68 @@ def read_lines(path: Path | None) -> list[str]:
 
 
 def write_lines(path: Path, lines: Sequence[str]) -> None:
-    """Write one line per item, UTF-8, atomically."""
-    atomic_write(path, "".join(line + "\n" for line in lines).encode("utf-8"))
+    """Write one line per item, UTF-8, to a file the user named (`write_output`)."""
+    write_output(path, "".join(line + "\n" for line in lines).encode("utf-8"))
+
+
+def write_output(path: Path, data: Data) -> None:
+    """Write a file the user named, keeping what the user owns (see the module's docstring).
+
+    Not a regular file (a device, a FIFO, a socket): written in place. A symlink: the file
+    it points to is written, the link stays. Several hard links: written in place (truncated,
+    then written: not atomic, but every name keeps seeing the same file). Otherwise
+    `atomic_write`, keeping an existing file's permissions and owner.
+    """
+    path = Path(path)
+    try:
+        st = os.stat(path)  # follows symlinks
+    except FileNotFoundError:  # a new file, or a link to one not made yet
+        atomic_write(Path(os.path.realpath(path)), data)
+        return
+    except OSError as e:
+        raise FileError(f"{path}: cannot write ({_reason(e)})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise FileError(f"{path}: is a directory; expected a file name")
+    if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+        atomic_write(Path(os.path.realpath(path)), data, like=st)
+        return
+    try:  # through the path itself: the kernel follows /dev/stdout to whatever fd 1 is
+        with open(path, "wb") as f:
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                data(f)
+    except OSError as e:
+        raise FileError(f"{path}: cannot write ({_reason(e)})") from None
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (device and inode: hard links and symlinks count)."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def check_output(path: Path, what: str, inputs: Sequence[tuple[Path, str]] = ()) -> None:
+    """Before any work: `path` (option `what`) can be written, and is none of `inputs`
+    ((path, option) pairs: an output written over its own input loses the input).
+
+    A device or FIFO passes as it is (written in place); otherwise `check_writable`, on the
+    file a symlink points to.
+    """
+    for source, option in inputs:
+        if same_file(path, source):
+            raise FileError(
+                f"{what} {path}: is the same file as {option} {source}; writing it would "
+                "replace that input: choose another output"
+            )
+    with contextlib.suppress(OSError):
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            return
+    check_writable(Path(os.path.realpath(path)) if path.is_symlink() else path, what)
 
 
 def check_writable(path: Path, what: str) -> None:

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from nmt.batching import collate
-from nmt.checkpoint import RunFiles, load_checkpoint, save_checkpoint
+from nmt.checkpoint import OWNER_MARK, RunFiles, load_checkpoint, save_checkpoint
 from nmt.config import Config, config_from_dict, load_config
 from nmt.errors import NmtError
-from nmt.model import build_model
+from nmt.model import Output, build_model
 from nmt.optim import Schedule, build_optimizer, lr_factor
 from nmt.runtime import resolve_precision
 from nmt.step import make_scaler, token_loss, update
@@ -252,9 +252,9 @@ def _nan_loss_from(monkeypatch, first_call: int, last_call: int = 10**9) -> None
     real = nmt.step.token_loss
     calls = {"n": 0}
 
-    def loss(logits, target, smoothing):
-        out = real(logits, target, smoothing)
-        if logits.requires_grad:  # training, not validation
+    def loss(output, target, smoothing):
+        out = real(output, target, smoothing)
+        if output.logits.requires_grad:  # training, not validation
             calls["n"] += 1
             if first_call <= calls["n"] <= last_call:
                 return out * math.nan
@@ -373,7 +373,8 @@ def test_non_finite_updates_are_skipped_in_every_precision(precision):
 def test_token_loss_ignores_padding():
     logits = torch.randn(2, 3, 7)
     target = torch.tensor([[4, 5, 0], [6, 0, 0]])
-    full = token_loss(logits, target, 0.0)
+    out = Output(logits=logits, attention=torch.zeros(2, 3, 4), src=torch.ones(2, 4).long())
+    full = token_loss(out, target, 0.0)
     manual = sum(
         -torch.log_softmax(logits[b, t], -1)[target[b, t]] for b, t in [(0, 0), (0, 1), (1, 0)]
     )
@@ -432,7 +433,7 @@ def test_step_checkpoints_keep_the_last_k(tmp_path):
     for step in (1, 2, 3):
         run.save({"x": torch.tensor(step)}, step=step, best=step == 2)
     names = sorted(p.name for p in run.dir.iterdir())
-    assert names == ["best.pt", "last.pt", "step-2.pt", "step-3.pt"]
+    assert names == [OWNER_MARK, "best.pt", "last.pt", "step-2.pt", "step-3.pt"]
     assert load_checkpoint(run.dir / "best.pt")["x"].item() == 2
     assert load_checkpoint(run.dir / "last.pt")["x"].item() == 3
 

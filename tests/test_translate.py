@@ -75,7 +75,8 @@ def test_beam_one_is_greedy_search(translator, sentences):
         max_len_const=dc.max_len_const,
         min_len=dc.min_len,
     )
-    assert [t.text for t in out] == tok.decode_tgt([h.tokens for h in result.best])
+    in_order = sorted(zip(batch.index.tolist(), result.best, strict=True), key=lambda x: x[0])
+    assert [t.text for t in out] == tok.decode_tgt([h.tokens for _, h in in_order])
 
 
 def test_nbest_lists_distinct_translations_best_first(translator, sentences):
@@ -186,7 +187,7 @@ def test_unknown_target_pieces_copy_the_source_text_they_attend_to(
     attention = torch.full((len(tokens) + 1, len(surfaces) + 1), 0.01)
     attention[len(head_ids), unknown] = 0.9
     hyp = Hypothesis(tokens=tokens, score=-1.0, logprob=-1.0, attention=attention, finished=True)
-    monkeypatch.setattr(translator, "_search", lambda rows, **_: [[hyp] for _ in rows])
+    monkeypatch.setattr(translator, "_search", lambda rows, **_: ([[hyp] for _ in rows], None))
     (t,) = translator.translate([source])
     assert t.text == expected
     assert t.tokens[len(head_ids)] == tok.tgt_pieces([UNK_ID])[0]  # the pieces stay the model's
