@@ -1,0 +1,22 @@
+"""The documentation that is generated stays generated: docs/configuration.md's table of
+every key is what scripts/config_reference.py makes from nmt/config.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from config_reference import DOC, render, table  # noqa: E402
+
+
+def test_the_configuration_reference_is_generated_from_the_dataclasses():
+    text = DOC.read_text(encoding="utf-8")
+    assert render(text) == text, "docs/configuration.md is stale: run scripts/config_reference.py"
+
+
+def test_every_config_key_has_a_help_in_the_reference():
+    for row in table().splitlines():
+        if row.startswith("| `"):
+            assert row.rstrip(" |").split("|")[-1].strip(), f"no help: {row}"
