@@ -18,15 +18,17 @@ two terms meet in `logaddexp`, and a word with no copy mass gets exactly log g +
 (no log 0 in the graph: its gradient would be NaN).
 
 The training loss never builds the (N, V) mixture: outside the source pieces log p(w) is
-log g + log P_vocab(w), so the cross entropy and label smoothing's Σ_w log p(w) need
-P_vocab's log-softmax (which plain cross entropy computes anyway) plus a correction at the S
-source positions of each step.
+log g + log P_vocab(w), so the cross entropy and label smoothing's Σ_w log p(w) need only
+the logits' logsumexp and sum (what plain cross entropy computes anyway) and their values at
+the target and the S source pieces of each step, with one fused backward (`_VocabTerms`).
 
 Shape legend: B batch, T target steps, S source length, V vocabulary, N rows (B·T or B),
 D pre-output size, Dv context size, E embedding size.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -81,8 +83,15 @@ def copy_loss(
     logits (B, T, V), gate (B, T), attention (B, T, S) float32, src (B, S), target (B, T).
     Loss per token: (1 − ε) · (−log p(y)) + ε/V · (−Σ_w log p(w)).
     """
-    V = logits.size(-1)
-    lsm = logits.float().log_softmax(-1)  # (B, T, V)
+    B, T, V = logits.shape
+    S = src.size(1)
+    # log P_vocab at the target and at the source pieces, and Σ_w log P_vocab(w), from one
+    # pass over the (B·T, V) logits with one fused backward (`_VocabTerms`).
+    ids = torch.cat([target.unsqueeze(-1), src.unsqueeze(1).expand(B, T, S)], -1)  # (B, T, 1+S)
+    lse, total, at = _VocabTerms.apply(logits.reshape(B * T, V), ids.reshape(B * T, 1 + S))
+    lse, total, at = lse.view(B, T), total.view(B, T), at.view(B, T, 1 + S)
+    lsm_y = at[..., 0] - lse  # (B, T) log P_vocab(y)
+    lsm_src = at[..., 1:] - lse.unsqueeze(-1)  # (B, T, S) log P_vocab(x_i)
     log_g = nn.functional.logsigmoid(gate)  # (B, T)
     log_1mg = nn.functional.logsigmoid(-gate)  # (B, T)
     attn = attention.float()
@@ -91,13 +100,13 @@ def copy_loss(
     same = (src.unsqueeze(2) == src.unsqueeze(1)).to(attn.dtype)  # (B, S, S)
     mass_at_src = torch.bmm(attn, same)  # (B, T, S)
     src_t = src.unsqueeze(1).expand_as(attn)  # (B, T, S)
-    gen_at_src = log_g.unsqueeze(-1) + lsm.gather(-1, src_t)  # (B, T, S) log g P_vocab(x_i)
+    gen_at_src = log_g.unsqueeze(-1) + lsm_src  # (B, T, S) log g P_vocab(x_i)
     mixed_at_src = torch.logaddexp(gen_at_src, log_1mg.unsqueeze(-1) + _safe_log(mass_at_src))
 
     # The target: log p(y) = logaddexp(log g P_vocab(y), log (1 − g) Σ_{i: x_i = y} a_i).
     is_y = (src_t == target.unsqueeze(-1)).to(attn.dtype)  # (B, T, S)
     mass_y = (attn * is_y).sum(-1)  # (B, T)
-    gen_y = log_g + lsm.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    gen_y = log_g + lsm_y  # (B, T)
     log_p_y = torch.logaddexp(gen_y, log_1mg + _safe_log(mass_y))  # (B, T)
     real = target != PAD_ID  # (B, T)
     loss = -(log_p_y * real).sum()
@@ -108,9 +117,35 @@ def copy_loss(
     # (mixed − generated): each piece counted once, at its first real position.
     first = _first_occurrence(src)  # (B, S)
     correction = ((mixed_at_src - gen_at_src) * first.unsqueeze(1)).sum(-1)  # (B, T)
-    sum_log_p = V * log_g + lsm.sum(-1) + correction  # (B, T)
+    sum_log_p = V * log_g + (total - V * lse) + correction  # (B, T): Σ lsm = Σ logits − V lse
     smooth = -(sum_log_p * real).sum() / V
     return (1.0 - label_smoothing) * loss + label_smoothing * smooth
+
+
+class _VocabTerms(torch.autograd.Function):
+    """What the mixture's loss reads of the vocabulary logits (N, V), in float32: their
+    logsumexp (N,), their sum (N,) and their values at K ids a row (N, K).
+
+    Why a Function: autograd through a log-softmax, a sum and two gathers writes four (N, V)
+    gradients and adds them up, about a sixth of a training step here. This backward writes
+    one, as cross entropy's own does: softmax · g_lse + g_sum, then the K ids' terms added
+    in place.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        x = logits.float()
+        lse = torch.logsumexp(x, -1)  # (N,)
+        ctx.save_for_backward(logits, lse, ids)
+        return lse, x.sum(-1), x.gather(-1, ids)  # (N,), (N,), (N, K)
+
+    @staticmethod
+    def backward(ctx: Any, g_lse: Tensor, g_total: Tensor, g_at: Tensor) -> tuple[Tensor, None]:
+        logits, lse, ids = ctx.saved_tensors
+        grad = (logits.float() - lse.unsqueeze(-1)).exp_()  # (N, V) softmax
+        grad.mul_(g_lse.unsqueeze(-1)).add_(g_total.unsqueeze(-1))
+        grad.scatter_add_(-1, ids, g_at)
+        return grad.to(logits.dtype), None
 
 
 def _first_occurrence(src: Tensor) -> Tensor:
