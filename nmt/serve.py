@@ -280,7 +280,7 @@ def _encode(out: list[Translation], req: TranslateRequest, beam: int, ms: float)
         "beam": beam,
         "milliseconds": ms,
     }
-    return json.dumps(answer, ensure_ascii=False).encode("utf-8")
+    return json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 @dataclass
