@@ -21,6 +21,7 @@ from nmt.cli_shared import (
     ModelOpt,
     PrecisionOpt,
     ProgressOpt,
+    load_translator,
     model_inputs,
     show_progress,
     user_errors,
@@ -100,7 +101,6 @@ def translate(
     with user_errors():
         from nmt.display import check_plot_paths, plot_paths
         from nmt.files import check_output, read_lines, write_lines
-        from nmt.translate import Translator
 
         if sentences and input_ is not None:
             raise NmtError("give sentences as arguments or --input FILE, not both")
@@ -123,7 +123,7 @@ def translate(
                 raise NmtError(f"--attention-plot {attention_plot}: is also --output")
         if interactive or (not sentences and input_ is None and sys.stdin.isatty()):
             _interactive(
-                Translator.from_checkpoint(model or None, device, precision=precision, log=warn),
+                load_translator(model, device, precision),
                 beam=beam,
                 nbest=nbest,
                 show_attention=show_attention,
@@ -133,9 +133,7 @@ def translate(
         lines = list(sentences) if sentences else read_lines(input_)
         if attention_plot is not None:
             check_plot_paths(attention_plot, len(lines))
-        translator = Translator.from_checkpoint(
-            model or None, device, precision=precision, log=warn
-        )
+        translator = load_translator(model, device, precision)
         out = translator.translate(
             lines,
             beam=beam,
@@ -276,7 +274,6 @@ def eval_(
 
         from nmt.evaluate import PROTOCOLS, evaluate_split, test_sets
         from nmt.files import check_output, read_lines
-        from nmt.translate import Translator
 
         if protocol not in PROTOCOLS:
             raise NmtError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
@@ -300,9 +297,7 @@ def eval_(
                     f"--src {src} has {len(given[0][1])} lines but --ref {ref} has "
                     f"{len(given[0][2])}: they must be aligned line by line"
                 )
-        translator = Translator.from_checkpoint(
-            model or None, device, precision=precision, log=warn
-        )
+        translator = load_translator(model, device, precision)
         pair = (translator.config.data.src_lang, translator.config.data.tgt_lang)
         if other is not None and (other.data.src_lang, other.data.tgt_lang) != pair:
             raise NmtError(
@@ -405,7 +400,6 @@ def serve(
     with user_errors():
         from nmt.serve import ServeOptions
         from nmt.serve import serve as run_server
-        from nmt.translate import Translator
 
         for flag, key, value in (
             ("--max-batch", "batch_sentences", max_batch),
@@ -439,9 +433,7 @@ def serve(
             header_seconds=header_timeout,
             body_seconds=body_timeout,
         )
-        translator = Translator.from_checkpoint(
-            model or None, device, precision=precision, log=warn
-        )
+        translator = load_translator(model, device, precision)
         run_server(
             translator, ServeOptions(host=host, port=port, limits=limits, log_level=log_level)
         )

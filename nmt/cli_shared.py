@@ -11,12 +11,15 @@ import sys
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from nmt.config import Config, ConfigError, load_config
 from nmt.errors import NmtError
+
+if TYPE_CHECKING:
+    from nmt.translate import Translator
 
 ConfigArg = Annotated[
     Path, typer.Argument(help="YAML config file, e.g. configs/multi30k_en_fr.yaml")
@@ -106,6 +109,14 @@ def user_errors() -> Iterator[None]:
 def load(config: Path, overrides: list[str] | None) -> Config:
     with user_errors():
         return load_config(config, overrides or [])
+
+
+def load_translator(model: list[str] | None, device: str, precision: str) -> Translator:
+    """The model(s) `--model` names (runs/latest without one; several: an ensemble), with
+    warnings (long inputs cut) as `warning:` lines on stderr."""
+    from nmt.translate import Translator
+
+    return Translator.from_checkpoint(model or None, device, precision=precision, log=warn)
 
 
 def model_inputs(model: list[str] | None) -> list[tuple[Path, str]]:
