@@ -97,8 +97,8 @@ def copy_loss(
     attn = attention.float()
     # Copy mass of each source position's piece, all its occurrences together:
     # c_i = Σ_j a_j [x_j = x_i].
-    same = (src.unsqueeze(2) == src.unsqueeze(1)).to(attn.dtype)  # (B, S, S)
-    mass_at_src = torch.bmm(attn, same)  # (B, T, S)
+    same = src.unsqueeze(2) == src.unsqueeze(1)  # (B, S, S) [i, j]: x_i = x_j
+    mass_at_src = torch.bmm(attn, same.to(attn.dtype))  # (B, T, S)
     src_t = src.unsqueeze(1).expand_as(attn)  # (B, T, S)
     gen_at_src = log_g.unsqueeze(-1) + lsm_src  # (B, T, S) log g P_vocab(x_i)
     mixed_at_src = torch.logaddexp(gen_at_src, log_1mg.unsqueeze(-1) + _safe_log(mass_at_src))
@@ -115,7 +115,7 @@ def copy_loss(
 
     # Σ_w log p(w) = V log g + Σ_w log P_vocab(w) + Σ over the distinct source pieces of
     # (mixed − generated): each piece counted once, at its first real position.
-    first = _first_occurrence(src)  # (B, S)
+    first = _first_occurrence(src, same)  # (B, S)
     correction = ((mixed_at_src - gen_at_src) * first.unsqueeze(1)).sum(-1)  # (B, T)
     sum_log_p = V * log_g + (total - V * lse) + correction  # (B, T): Σ lsm = Σ logits − V lse
     smooth = -(sum_log_p * real).sum() / V
@@ -148,10 +148,10 @@ class _VocabTerms(torch.autograd.Function):
         return grad.to(logits.dtype), None
 
 
-def _first_occurrence(src: Tensor) -> Tensor:
-    """(B, S) ids -> (B, S) float: 1 at the first position of each distinct real piece."""
+def _first_occurrence(src: Tensor, same: Tensor) -> Tensor:
+    """(B, S) ids and their (B, S, S) equalities -> (B, S) float: 1 at the first position of
+    each distinct real piece."""
     S = src.size(1)
-    same = src.unsqueeze(2) == src.unsqueeze(1)  # (B, S, S) [i, j]: x_i = x_j
     earlier = torch.ones(S, S, dtype=torch.bool, device=src.device).tril(-1)  # j < i
     seen_before = (same & earlier).any(-1)  # (B, S)
     return ((~seen_before) & (src != PAD_ID)).float()
