@@ -39,6 +39,14 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
 
 
+def weighted_sum(weights: Tensor, values: Tensor) -> Tensor:
+    """The context: weights (B, [T,] S) over values (B, S, Dv) -> (B, [T,] Dv), in the
+    values' dtype (float32 weights are cast for the product)."""
+    if weights.dim() == 2:
+        return torch.bmm(weights.unsqueeze(1).to(values.dtype), values).squeeze(1)  # (B, Dv)
+    return torch.bmm(weights.to(values.dtype), values)  # (B, T, Dv)
+
+
 class Attention(nn.Module):
     """Base class of the scorers: turns scores into weights and a context vector."""
 
@@ -66,7 +74,7 @@ class Attention(nn.Module):
             query = query.unsqueeze(1)  # (B, 1, Dq)
         scores = self.score(query, proj_keys)  # (B, T, S)
         weights = masked_softmax(scores, mask.unsqueeze(1))  # (B, T, S) float32
-        context = torch.bmm(weights.to(values.dtype), values)  # (B, T, Dv)
+        context = weighted_sum(weights, values)  # (B, T, Dv)
         if one_step:
             return context.squeeze(1), weights.squeeze(1)  # (B, Dv), (B, S)
         return context, weights

@@ -18,7 +18,12 @@ from typing import Any
 
 import torch
 
-from nmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from nmt.checkpoint import (
+    CheckpointError,
+    check_model_state,
+    load_checkpoint,
+    save_checkpoint,
+)
 from nmt.files import write_output
 
 
@@ -74,15 +79,8 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
 
 
 def _model_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint with a config mapping, a tokenizer and a mapping of weight tensors."""
     state = load_checkpoint(path)
-    if not isinstance(state.get("config"), dict) or "tokenizer" not in state:
-        raise CheckpointError(f"{path}: not a model checkpoint (no config mapping or tokenizer)")
-    weights = state.get("model")
-    if not isinstance(weights, dict) or not all(
-        isinstance(v, torch.Tensor) for v in weights.values()
-    ):
-        raise CheckpointError(f"{path}: its weights are not a mapping of tensors")
+    check_model_state(state, path)
     return state
 
 

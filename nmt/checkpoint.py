@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import Tensor
 
 from nmt.config import Config, ConfigError, config_from_dict
 from nmt.errors import NmtError
@@ -194,11 +195,7 @@ def load_for_inference(model: str | Path | None, device: str | torch.device = "c
 
     path = resolve_checkpoint(model)
     state = load_checkpoint(path, mmap=True)
-    missing = [k for k in ("config", "tokenizer", "model") if k not in state]
-    if missing:
-        raise CheckpointError(f"{path}: not a model checkpoint (no {', '.join(missing)} in it)")
-    if not isinstance(state["config"], dict):
-        raise CheckpointError(f"{path}: its config is not a mapping of sections")
+    check_model_state(state, path)
     try:
         cfg = config_from_dict(state["config"], source=str(path))
     except ConfigError as e:
@@ -221,13 +218,24 @@ def load_for_inference(model: str | Path | None, device: str | torch.device = "c
     return Loaded(config=cfg, tokenizer=tokenizer, model=net, state=state, path=path)
 
 
-def load_weights(net: torch.nn.Module, weights: Any, path: Path) -> None:
-    """`net.load_state_dict(weights)`, strict; weights that do not fit the model (missing,
-    extra, wrongly shaped: a file edited or mixed up) are one line naming the first."""
+def check_model_state(state: dict[str, Any], path: Path) -> None:
+    """What every model checkpoint holds, of the right kinds: a config mapping, a tokenizer
+    and a mapping of weight tensors (for translating and averaging alike)."""
+    missing = [k for k in ("config", "tokenizer", "model") if k not in state]
+    if missing:
+        raise CheckpointError(f"{path}: not a model checkpoint (no {', '.join(missing)} in it)")
+    if not isinstance(state["config"], dict):
+        raise CheckpointError(f"{path}: its config is not a mapping of sections")
+    weights = state["model"]
     if not isinstance(weights, dict) or not all(
         isinstance(v, torch.Tensor) for v in weights.values()
     ):
         raise CheckpointError(f"{path}: its weights are not a mapping of tensors")
+
+
+def load_weights(net: torch.nn.Module, weights: dict[str, Tensor], path: Path) -> None:
+    """`net.load_state_dict(weights)`, strict; weights that do not fit the model (missing,
+    extra, wrongly shaped: a file edited or mixed up) are one line naming the first."""
     own = net.state_dict()
     missing = [k for k in own if k not in weights]
     extra = [k for k in weights if k not in own]
@@ -247,13 +255,17 @@ def load_weights(net: torch.nn.Module, weights: Any, path: Path) -> None:
     net.load_state_dict(weights)
 
 
+def is_run_dir(path: Path) -> bool:
+    """Whether a run wrote `path`: its OWNER_MARK, or (runs made before the mark) a
+    checkpoint or metrics."""
+    return any((path / name).exists() for name in (OWNER_MARK, *RUN_MARKERS))
+
+
 def is_run_checkpoint_name(path: Path) -> bool:
     """Whether `path` is a name a run directory's training writes (last.pt, best.pt,
     step-N.pt) inside a run directory: an output there would replace a run's own file."""
     own = path.name in ("last.pt", "best.pt") or fnmatch.fnmatchcase(path.name, "step-*.pt")
-    parent = path.parent
-    is_run = (parent / OWNER_MARK).exists() or any((parent / m).exists() for m in RUN_MARKERS)
-    return own and is_run
+    return own and is_run_dir(path.parent)
 
 
 class RunFiles:
@@ -310,10 +322,8 @@ class RunFiles:
         """Refuse a directory holding files named like a run's that no run wrote: no
         OWNER_MARK and no checkpoint or metrics (runs made before the mark have those).
         A user's own config.yaml kept in the experiment folder is never rewritten."""
-        if not self.dir.is_dir() or (self.dir / OWNER_MARK).exists():
+        if not self.dir.is_dir() or is_run_dir(self.dir):
             return
-        if any((self.dir / m).exists() for m in RUN_MARKERS):
-            return  # a run written before OWNER_MARK existed
         ours = [p for p in run_entries(self.dir) if p.name != OWNER_MARK]
         if ours:
             raise NmtError(

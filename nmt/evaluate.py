@@ -198,7 +198,9 @@ def evaluate_split(
         )
     beam = translator.config.decode.beam if beam is None else beam
     start = time.perf_counter()
-    out = translator.translate(sources, beam=beam, batch_size=batch_size, progress=progress)
+    out = translator.translate(
+        sources, beam=beam, batch_size=batch_size, progress=progress, with_copy_shares=False
+    )
     seconds = time.perf_counter() - start
     hyps = [t.text for t in out]
     if hyp_path is None:

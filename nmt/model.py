@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmt.attention import build_attention
+from nmt.attention import build_attention, weighted_sum
 from nmt.config import ModelConfig
 from nmt.copy import CopyGate, mixture_log_probs
 from nmt.decoder import (
@@ -162,13 +162,6 @@ class Output:
         return None if self.gate is None else torch.sigmoid(-self.gate)
 
 
-def _context(weights: Tensor, states: Tensor) -> Tensor:
-    """Attention weights (B, [T,] S) over encoder states (B, S, Dv) -> contexts (B, [T,] Dv)."""
-    if weights.dim() == 2:
-        return torch.bmm(weights.unsqueeze(1).to(states.dtype), states).squeeze(1)  # (B, Dv)
-    return torch.bmm(weights.to(states.dtype), states)  # (B, T, Dv)
-
-
 class Seq2Seq(nn.Module):
     """Attention-based encoder-decoder: `encode` once, then `step` or teacher-forced `forward`.
     With a `copy_gate` (`model.copy`) its output distribution is the pointer-generator
@@ -234,7 +227,7 @@ class Seq2Seq(nn.Module):
         if self.copy_gate is None:
             return logits, state, weights
         assert enc.src is not None
-        gate = self.copy_gate(pre, _context(weights, enc.states), emb)  # (B,)
+        gate = self.copy_gate(pre, weighted_sum(weights, enc.states), emb)  # (B,)
         return mixture_log_probs(logits, gate, weights, enc.src), state, weights
 
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Output:
@@ -245,7 +238,7 @@ class Seq2Seq(nn.Module):
         pre, weights = self.decoder(emb, self.init_state(enc), enc)  # (B, T, D), (B, T, S)
         gate = None
         if self.copy_gate is not None:  # the mixture itself is formed by the loss
-            gate = self.copy_gate(pre, _context(weights, enc.states), emb)  # (B, T)
+            gate = self.copy_gate(pre, weighted_sum(weights, enc.states), emb)  # (B, T)
         return Output(logits=self.generator(pre), attention=weights, src=src, gate=gate)
 
 

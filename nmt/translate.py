@@ -134,9 +134,12 @@ class Translator:
         nbest: int = 1,
         batch_size: int | None = None,
         progress: bool = False,
+        with_copy_shares: bool = True,
     ) -> list[Translation]:
         """Translate `sentences`, in order. beam 1 is greedy search; `beam` and `batch_size`
-        default to the checkpoint's decode settings. `progress` draws a bar on stderr."""
+        default to the checkpoint's decode settings. `progress` draws a bar on stderr.
+        `with_copy_shares=False` skips a copy model's `Translation.copied` (one teacher-forced
+        pass a batch) where nobody shows it."""
         dc = self.config.decode
         beam = dc.beam if beam is None else beam
         batch_size = dc.batch_size if batch_size is None else batch_size
@@ -166,7 +169,9 @@ class Translator:
 
         out: list[Translation | None] = [None] * len(texts)
         for rows in _progress(batches, enabled=progress, total=len(todo)):
-            hyps, copied = self._search([ids[r] for r in rows], beam=beam, nbest=nbest)
+            hyps, copied = self._search(
+                [ids[r] for r in rows], beam=beam, nbest=nbest, shares=with_copy_shares
+            )
             for i, (r, sentence_hyps) in enumerate(zip(rows, hyps, strict=True)):
                 out[r] = self._translation(
                     sentences[r],
@@ -205,14 +210,15 @@ class Translator:
         return text, False
 
     def _search(
-        self, rows: list[list[int]], *, beam: int, nbest: int
+        self, rows: list[list[int]], *, beam: int, nbest: int, shares: bool = True
     ) -> tuple[list[list[Hypothesis]], list[list[float]] | None]:
         """The hypotheses of each of `rows` (in that order) and, for a copy model, the best
         one's copy shares."""
         batch = collate(rows, None, range(len(rows))).to(self.device)
         with autocast(self.device, self.precision):
             hyps = self._run_search(batch.src, batch.src_lens, beam=beam, nbest=nbest)
-            copied = copy_shares(self.model, batch.src, batch.src_lens, [h[0] for h in hyps])
+            best = [h[0] for h in hyps]
+            copied = copy_shares(self.model, batch.src, batch.src_lens, best) if shares else None
         # collate sorts by length: back to the order of `rows`
         at = {row: b for b, row in enumerate(batch.index.tolist())}
         order = [at[i] for i in range(len(rows))]
