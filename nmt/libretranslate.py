@@ -73,12 +73,10 @@ def libretranslate_router(translator: Translator, batcher: Batcher, limits: Limi
             check_origin(request)
             fields = await _fields(request, limits)
             q = fields.get("q")
-            if (
-                q is None
-                or not isinstance(q, (str, list))
-                or not all(isinstance(x, str) for x in q)
-            ):
+            if q is None:
                 raise HTTPException(400, detail="Invalid request: missing q parameter")
+            if not isinstance(q, (str, list)) or not all(isinstance(x, str) for x in q):
+                raise HTTPException(400, detail="q: expected a string or a list of strings")
             source, target = fields.get("source", src), fields.get("target", tgt)
             if source not in (src, "auto") or target != tgt:
                 raise HTTPException(
