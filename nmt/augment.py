@@ -3,12 +3,13 @@
 Tatoeba's names are nearly all "Tom" and "Mary", and Multi30k's captions have almost none,
 so a model trained on them answers "Helga ate an apple" with "Il a mangé une pomme": it
 never learnt that a name is copied, subword by subword, whatever it is. With
-`data.invented_names: p`, a fraction p of the training pairs in which a capitalised word is
-written the same on both sides ("Tom", "Boston"), and never in lowercase anywhere in the
-corpus (so not "Six", "The" or "Red" opening a caption), get a copy in which that word is replaced,
-on both sides, by a name made up from syllables ("Velkora", "Brüsan"), a different one for
-each copy. Only training splits are touched, after the tokenizer is trained (invented names
-do not shape the vocabulary), with a fixed seed (the same copies every run).
+`data.invented_names: p`, the training pairs in which a capitalised word is written the same
+on both sides ("Tom", "Boston"), and never in lowercase anywhere in the corpus (so not "Six",
+"The" or "Red" opening a caption), get p copies each on average in which that word is
+replaced, on both sides, by a name made up from syllables ("Velkora", "Brüsan", "Ikpym"), a
+different one for each copy, some written all in lowercase or in sentence case. Only training
+splits are touched, after the tokenizer is trained (invented names do not shape the
+vocabulary), with a fixed seed (the same copies every run).
 """
 
 from __future__ import annotations
@@ -20,11 +21,23 @@ import re
 _WORD = re.compile(r"\b[A-Z][a-z]+\b")
 # A word all in lowercase: a capitalised word also written so is a common word, not a name.
 _LOWER = re.compile(r"\b[a-z]+\b")
-# Consonant onsets and vowels (some accented, as in Chloé, Zürich, François): names start
-# with a consonant, so that French elision ("de Tom", never "d'Tom") stays right.
-_ONSETS = "b br c ch d dr f g gr h j k kl l m n p pr r s st t tr v w z".split(" ")  # noqa: SIM905
-_VOWELS = "a a e e i o o u ou ai é è ö ü".split(" ")  # noqa: SIM905
-_CODAS = ["", "", "", "n", "l", "r", "s", "k", "m"]
+# Names are made from syllables. Their letters and lengths vary as much as real names do
+# (the names set's misses were long names cut short, "Wojciech" -> "Wojcie", and names
+# written in lowercase): one to four syllables, rare onsets and diacritics, a quarter
+# starting with a vowel (French elides before it: "de Anaïs" becomes "d'Anaïs").
+_COMMON_ONSETS = "b br c ch d dr f g gr h j k kl l m n p pr r s st t tr v w z".split()  # noqa: SIM905
+_RARE_ONSETS = "bj cz dh gh gw kw ł ph rz sh sz th ts wr x zb zh ž š č ř".split()  # noqa: SIM905
+_ONSETS = _COMMON_ONSETS * 3 + _RARE_ONSETS  # weights: a rare onset in about one syllable of five
+_PLAIN_VOWELS = "a e i o u a e i o u a e i o u ou ai ie y".split()  # noqa: SIM905
+_VOWELS = _PLAIN_VOWELS * 3 + "é è ö ü á í ó ú ë ï å ø ã".split()  # noqa: SIM905
+_CODAS = ["", "", "", "", "n", "l", "r", "s", "k", "m", "ch", "th", "ck", "sk", "lle", "gh"]
+_LENGTHS = (1, 2, 2, 2, 3, 3, 4)
+# How each copy is written: mostly as the corpus writes it; a sixth all in lowercase and a
+# sixth in sentence case (how nmt reads an input written in capitals: "I saw helga."), so
+# that lowercase names are copied too.
+_CASES = ("as is", "as is", "as is", "as is", "lower", "sentence")
+# French words that elide before a vowel ("de" -> "d'"), in either direction.
+_ELIDING = r"(d|qu|jusqu|lorsqu|puisqu)"
 
 
 def _whole_word(word: str) -> re.Pattern[str]:
@@ -32,12 +45,39 @@ def _whole_word(word: str) -> re.Pattern[str]:
 
 
 def invented_name(rng: random.Random) -> str:
-    """Two or three syllables, capitalised: "Brüsan", "Kelovar"."""
+    """One to four syllables, capitalised: "Brüsan", "Kelovar", "Ørzoth"."""
+    n = rng.choice(_LENGTHS)
+    vowel_start = n > 1 and rng.random() < 0.25
     syllables = [
-        rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
-        for _ in range(rng.choice((2, 2, 3)))
+        ("" if i == 0 and vowel_start else rng.choice(_ONSETS))
+        + rng.choice(_VOWELS)
+        + rng.choice(_CODAS)
+        for i in range(n)
     ]
     return "".join(syllables).capitalize()
+
+
+def _starts_with_vowel(word: str) -> bool:
+    return word[:1].lower() in "aeiouyàâäáéèêëíìîïóòôöúùûüåøã"
+
+
+def put_name(tgt: str, old: str, new: str) -> str:
+    """The French side with the name `old` replaced by `new`, elision made right: "de Tom"
+    becomes "d'Anaïs", and "d'Alice" becomes "de Velkora"."""
+    out = _whole_word(old).sub(new, tgt)
+    name = re.escape(new)
+    if _starts_with_vowel(new):
+        return re.sub(rf"\b{_ELIDING}e (?={name}\b)", r"\1'", out, flags=re.IGNORECASE)
+    return re.sub(rf"\b{_ELIDING}['’](?={name}\b)", r"\1e ", out, flags=re.IGNORECASE)
+
+
+def _write_case(text: str, case: str) -> str:
+    if case == "lower":
+        return text.lower()
+    if case == "sentence":
+        lowered = text.lower()
+        return lowered[:1].upper() + lowered[1:]
+    return text
 
 
 def shared_name(src: str, tgt: str, common: set[str] | frozenset[str] = frozenset()) -> str | None:
@@ -53,10 +93,11 @@ def shared_name(src: str, tgt: str, common: set[str] | frozenset[str] = frozense
 
 
 def name_copies(
-    src: list[str], tgt: list[str], fraction: float, *, seed: int
+    src: list[str], tgt: list[str], copies: float, *, seed: int
 ) -> tuple[list[str], list[str]]:
-    """New pairs: for `fraction` of the pairs with a shared name (a fixed sample), the pair
-    with that name replaced on both sides by an invented one."""
+    """New pairs: `copies` per pair with a shared name, on average (2.5: two each and a third
+    for a fixed half of them), with that name replaced on both sides by an invented one,
+    some written in lowercase or sentence case (`_CASES`)."""
     rng = random.Random(seed)
     common = {w for line in (*src, *tgt) for w in _LOWER.findall(line)}
     candidates = [
@@ -64,11 +105,14 @@ def name_copies(
         for i, (s, t) in enumerate(zip(src, tgt, strict=True))
         if (name := shared_name(s, t, common))
     ]
-    chosen = sorted(rng.sample(candidates, round(fraction * len(candidates))))
+    whole = int(copies)
+    chosen = candidates * whole + rng.sample(candidates, round((copies - whole) * len(candidates)))
     new_src, new_tgt = [], []
-    for i, name in chosen:
+    for i, name in sorted(chosen):
         other = invented_name(rng)
-        pattern = _whole_word(name)
-        new_src.append(pattern.sub(other, src[i]))
-        new_tgt.append(pattern.sub(other, tgt[i]))
+        while other.lower() in common:  # "Le", "Son": a word the corpus has, not a name
+            other = invented_name(rng)
+        case = rng.choice(_CASES)
+        new_src.append(_write_case(_whole_word(name).sub(other, src[i]), case))
+        new_tgt.append(_write_case(put_name(tgt[i], name, other), case))
     return new_src, new_tgt

@@ -140,9 +140,10 @@ class DataConfig(CorpusConfig):
     invented_names: float = _opt(
         0.0,
         min=0.0,
-        max=1.0,
-        help="fraction of training pairs with a name on both sides that also train with an "
-        "invented name in its place (nmt.augment: teaches copying unseen names)",
+        max=4.0,
+        help="copies of each training pair with a name on both sides, the name replaced by an "
+        "invented one (0.5: half the pairs get one; 2: each gets two; nmt.augment: teaches "
+        "copying unseen names)",
     )
     cache: bool = _opt(True, help="keep the tokenized splits in run.dir/data/ and reuse them")
 

@@ -228,9 +228,9 @@ def prepare(cfg: Config, *, log: Callable[[str], None] = print) -> Prepared:
     )
 
 
-def _add_invented_names(raw: RawSplit, fraction: float, *, seed: int) -> None:
+def _add_invented_names(raw: RawSplit, copies: float, *, seed: int) -> None:
     """Append to a train split its copies with invented names (`nmt.augment`)."""
-    src, tgt = name_copies(raw.texts["src"][:], raw.texts["tgt"][:], fraction, seed=seed)
+    src, tgt = name_copies(raw.texts["src"][:], raw.texts["tgt"][:], copies, seed=seed)
     copies = datasets.Dataset.from_dict({"src": src, "tgt": tgt}, features=raw.texts.features)
     raw.texts = datasets.concatenate_datasets([raw.texts, copies])
     raw.invented = len(src)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_data import EN, FR, corpus_config, quiet, write_split
 
-from nmt.augment import invented_name, name_copies, shared_name
+from nmt.augment import invented_name, name_copies, put_name, shared_name
 from nmt.data import prepare
 from nmt.tokenizer import Tokenizer
 
@@ -54,11 +54,28 @@ def test_copies_leave_words_the_corpus_writes_in_lowercase():
     assert name_copies(src, tgt, 1.0, seed=0) == ([], [])
 
 
-def test_invented_names_start_with_a_consonant_and_vary():
+def test_invented_names_vary_in_letters_and_length():
     rng = random.Random(0)
-    names = [invented_name(rng) for _ in range(200)]
-    assert all(re.fullmatch(r"[A-Z][a-zéèöü]+", n) and n[0] not in "AEIOU" for n in names)
-    assert len(set(names)) > 190
+    names = [invented_name(rng) for _ in range(500)]
+    assert all(re.fullmatch(r"[^\W\d_][^\W\d_]*", n) and n == n.capitalize() for n in names)
+    assert len(set(names)) > 490
+    assert min(map(len, names)) <= 3 and max(map(len, names)) >= 14  # "Bra" .. long ones
+    assert 0.1 < sum(n[0] in "AEIOUÉÈÖÜÁÍÓÚËÏÅØÃ" for n in names) / len(names) < 0.4
+    assert any(not n.isascii() for n in names) and sum(n.isascii() for n in names) > 200
+
+
+def test_put_name_makes_french_elision_right():
+    assert put_name("Il parle de Tom.", "Tom", "Anaïs") == "Il parle d'Anaïs."
+    assert put_name("Je sais que Tom est là.", "Tom", "Ida") == "Je sais qu'Ida est là."
+    assert put_name("Le livre d'Alice.", "Alice", "Velkora") == "Le livre de Velkora."
+    assert put_name("Le livre d’Alice.", "Alice", "Velkora") == "Le livre de Velkora."
+    assert put_name("De Tom à Tom.", "Tom", "Ugo") == "D'Ugo à Ugo."
+    assert put_name("Le livre de Tom.", "Tom", "Velkora") == "Le livre de Velkora."
+    assert put_name("Demande à Tom.", "Tom", "Ida") == "Demande à Ida."  # "de" inside a word
+
+
+def _sentence_case(text: str) -> str:
+    return text[:1].upper() + text[1:].lower()
 
 
 def test_copies_replace_the_name_on_both_sides_reproducibly():
@@ -70,14 +87,29 @@ def test_copies_replace_the_name_on_both_sides_reproducibly():
         [(SRC[0], TGT[0], "Tom"), (SRC[2], TGT[2], "Tom"), (SRC[4], TGT[4], "Paris")],
         strict=True,
     ):
-        (invented,) = set(re.findall(r"\w+", new_s)) - set(re.findall(r"\w+", old_s))
-        assert new_s == old_s.replace(name, invented)
-        assert new_t == old_t.replace(name, invented)
-    assert "Mary" in src[1] and "Boston" in tgt[1]  # only the first shared name changes
+        words = set(re.findall(r"\w+", new_s.lower())) - set(re.findall(r"\w+", old_s.lower()))
+        (invented,) = {w.capitalize() for w in words}
+        # as written, all in lowercase or in sentence case, the same on both sides
+        write = next(
+            w for w in (str, str.lower, _sentence_case) if new_s == w(old_s.replace(name, invented))
+        )
+        assert new_t == write(put_name(old_t, name, invented))
     assert name_copies(SRC, TGT, 1.0, seed=3) == (src, tgt)
     assert name_copies(SRC, TGT, 1.0, seed=4) != (src, tgt)
     assert len(name_copies(SRC, TGT, 0.5, seed=3)[0]) == 2  # round(0.5 * 3)
     assert name_copies(SRC, TGT, 0.0, seed=3) == ([], [])
+    two, _ = name_copies(SRC, TGT, 2.5, seed=3)
+    assert len(two) == 8  # 2 * 3 + round(0.5 * 3)
+    assert sum(s.endswith("an apple.") for s in two) in (2, 3)  # pair 0: twice, maybe thrice
+
+
+def test_copies_are_sometimes_written_in_lowercase_and_sentence_case():
+    src, tgt = ["Yesterday I saw Tom."] * 300, ["Hier, j'ai vu Tom."] * 300
+    new_src, new_tgt = name_copies(src, tgt, 1.0, seed=0)
+    lower = sum(s == s.lower() for s in new_src)
+    sentence = sum(s[0] == "Y" and s[1:] == s[1:].lower() for s in new_src)
+    assert 20 < lower < 90 and 20 < sentence < 90
+    assert all((s == s.lower()) == (t == t.lower()) for s, t in zip(new_src, new_tgt, strict=True))
 
 
 def test_prepare_adds_the_copies_to_training_only_and_caches_them(
