@@ -1,62 +1,35 @@
-"""Configuration: YAML -> frozen, typed dataclasses, validated at load time.
+"""Configuration: the schema of a run, and `load_config`.
 
-Every key a run understands is declared once here, with its type, default and allowed
-range. `load_config` reports every problem at once (unknown keys with a "did you mean",
-wrong types, out-of-range numbers, invalid choices), each with its key path.
-Standard library + PyYAML only, so `nmt check-config` stays fast.
+Every key a run understands is declared once here, with its type, default, allowed range and
+help (the configuration reference, docs/configuration.md, is generated from it). Checking a
+mapping against the schema is `nmt.typed`'s job; what is particular to nmt's keys (aliases of
+scoring functions, renamed keys, the one-corpus spelling of `data`, rules across keys) is
+here. Standard library + PyYAML only, so `nmt check-config` stays fast.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
 import os
-import types
-import typing
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal
 
 import yaml
 
-from nmt.errors import NmtError
+from nmt.typed import (
+    ConfigError,
+    apply_override,
+    build,
+    load_yaml,
+    parse_override,
+    plain,
+    show,
+)
+from nmt.typed import option as _opt
 
 DATA_DIR_ENV = "NMT_DATA_DIR"
-
-
-class ConfigError(NmtError, ValueError):
-    """One or more problems in a configuration; `problems` holds one line each."""
-
-    def __init__(self, problems: list[str], source: str = "config") -> None:
-        self.problems = problems
-        self.source = source
-        super().__init__(f"{source}: " + "; ".join(problems))
-
-
-def _opt(
-    default: Any,
-    *,
-    min: float | None = None,
-    max: float | None = None,
-    above: float | None = None,
-    help: str = "",
-):
-    """A field with an allowed range (`above`: a strict lower bound); `help` documents it."""
-    return field(default=default, metadata={"min": min, "max": max, "above": above, "help": help})
-
-
-# Names people bring from other toolkits, mapped to ours.
-ATTENTION_ALIASES = {
-    "general": "bilinear",
-    "multiplicative": "bilinear",
-    "additive": "concat",
-    "mlp": "concat",
-    "bahdanau": "concat",
-    "luong": "dot",
-    "scaled": "scaled_dot",
-}
 
 
 @dataclass(frozen=True)
@@ -102,27 +75,27 @@ class CorpusConfig:
     )
 
 
-# The keys of a corpus, which the single-corpus form writes directly under `data`.
+# The keys of a corpus: the one-corpus spelling of `data` writes them directly under `data`.
 CORPUS_KEYS = tuple(f.name for f in dataclasses.fields(CorpusConfig))
+# What that spelling means when it leaves them out: Multi30k's folder and split names.
+ONE_CORPUS_DEFAULTS = {"dir": "data/multi30k", "valid": "val", "test": ["test_2016_flickr"]}
 
 
 @dataclass(frozen=True)
-class DataConfig(CorpusConfig):
+class DataConfig:
     """Where the parallel corpora are and how they are cleaned and batched.
 
-    Either one corpus, its keys (`CorpusConfig`'s: dir, format, train, ...) directly here,
-    or several under `corpora`. Corpus folders are relative to `root`, which NMT_DATA_DIR
-    overrides (a data root with one folder per corpus)."""
+    Corpora are listed under `corpora`; one corpus may also be written with its keys
+    (`CorpusConfig`'s: dir, format, train, ...) directly under `data`, which loading rewrites
+    into a list of one (`_one_corpus`). Corpus folders are relative to `root`, which
+    NMT_DATA_DIR overrides (a data root with one folder per corpus)."""
 
-    # -- the single-corpus form: Multi30k's folder and split names as defaults
-    dir: str = _opt("data/multi30k", help="the corpus folder under root (single-corpus form)")
-    valid: str = _opt("val", help="the validation split (single-corpus form)")
-    test: tuple[str, ...] = _opt(("test_2016_flickr",), help="the test splits (single-corpus form)")
     root: str = _opt(".", help="the data root: one folder per corpus (NMT_DATA_DIR sets it)")
     corpora: tuple[CorpusConfig, ...] = _opt(
-        (), help="several corpora, each with the corpus keys above plus name and weight"
+        (CorpusConfig(**ONE_CORPUS_DEFAULTS | {"test": ("test_2016_flickr",)}),),
+        help="the corpora, each with the corpus keys below; one corpus may be written with its "
+        "keys directly under data (dir, valid and test then default to Multi30k's)",
     )
-    # -- for every corpus
     src_lang: str = _opt("en", help="source language: text files' suffix, translation fields' key")
     tgt_lang: str = _opt("fr", help="target language, likewise")
     # Exact duplicate training pairs (across and within corpora) are removed, and training
@@ -149,9 +122,8 @@ class DataConfig(CorpusConfig):
 
     def corpus_list(self) -> tuple[CorpusConfig, ...]:
         """The corpora, each with its name and folder (under root) filled in."""
-        listed = self.corpora or (CorpusConfig(**{k: getattr(self, k) for k in CORPUS_KEYS}),)
         out = []
-        for i, c in enumerate(listed):
+        for i, c in enumerate(self.corpora):
             name = c.name or (Path(c.dir).name if c.dir else f"corpus{i + 1}")
             out.append(
                 dataclasses.replace(c, name=name, dir=str(Path(self.root) / (c.dir or name)))
@@ -159,8 +131,9 @@ class DataConfig(CorpusConfig):
         return tuple(out)
 
     def key_of(self, corpus: CorpusConfig) -> str:
-        """The config key under which a corpus of `corpus_list()` is written."""
-        if not self.corpora:
+        """The config key of a corpus of `corpus_list()` in messages (a lone corpus: `data`,
+        its most common spelling)."""
+        if self.single:
             return "data"
         return f"data.corpora[{[c.name for c in self.corpus_list()].index(corpus.name)}]"
 
@@ -338,167 +311,10 @@ class Config:
         return Path(self.run.dir if self.run.dir is not None else Path("runs") / self.name)
 
     def to_dict(self) -> dict[str, Any]:
-        out = _plain(dataclasses.asdict(self))
-        # one of the two forms of `data`: the corpus list, or one corpus's keys in place
-        for key in CORPUS_KEYS if self.data.corpora else ("corpora",):
-            del out["data"][key]
-        return out
+        return plain(dataclasses.asdict(self))
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
-
-
-def _plain(value: Any) -> Any:
-    """Tuples to lists, recursively, so YAML/JSON stay plain."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def type_name(tp: Any) -> str:
-    """How a type is named in error messages and the configuration reference."""
-    origin = get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in get_args(tp))
-    if origin in (Union, types.UnionType):
-        options = [a for a in get_args(tp) if a is not type(None)]
-        return " or ".join(type_name(a) for a in options) + " or null"
-    if origin is tuple:
-        args = get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list of {type_name(args[0])}"
-        return f"a list of {len(args)} " + "/".join(type_name(a) for a in args)
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        tp, getattr(tp, "__name__", str(tp))
-    )
-
-
-def _show(value: Any, limit: int = 60) -> str:
-    """`repr(value)` for an error message, cut to `limit` characters: a value can be huge
-    (a YAML file that expands, a pasted corpus) and the message stays one readable line."""
-    return _cut(repr(value), limit)
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-_MISSING = object()
-# What each scalar type accepts from YAML (bool is an int in Python, so it is kept apart).
-_SCALARS: dict[Any, tuple[type, ...]] = {
-    bool: (bool,),
-    int: (int,),
-    float: (int, float),
-    str: (str, int, float),
-}
-
-
-def _coerce(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
-    """Check `value` against type `tp`; return the converted value or _MISSING."""
-    origin = get_origin(tp)
-    if origin in (Union, types.UnionType):
-        options = [a for a in get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        sub: list[str] = []
-        for a in options:
-            out = _coerce(value, a, path, sub)
-            if out is not _MISSING:
-                return out
-        problems.append(f"{path}: expected {type_name(tp)}, got {_show(value)}")
-        return _MISSING
-    if origin is Literal:
-        choices = get_args(tp)
-        if isinstance(value, str) and value.lower() in choices:
-            return value.lower()
-        problems.append(
-            f"{path}: {_show(value)} is not allowed; expected one of {', '.join(choices)}"
-        )
-        return _MISSING
-    if origin is tuple:
-        args = get_args(tp)
-        if isinstance(value, str) and len(args) == 2 and args[1] is Ellipsis:
-            value = (value,)  # a single split name is a list of one
-        if not isinstance(value, (list, tuple)):
-            problems.append(f"{path}: expected {type_name(tp)}, got {_show(value)}")
-            return _MISSING
-        item_types = [args[0]] * len(value) if args[1:] == (Ellipsis,) else list(args)
-        if len(item_types) != len(value):
-            problems.append(f"{path}: expected {type_name(tp)}, got {len(value)} items")
-            return _MISSING
-        items = [
-            _build(typing.cast(type, t), v, f"{path}[{i}]", problems)
-            if dataclasses.is_dataclass(t)
-            else _coerce(v, t, f"{path}[{i}]", problems)
-            for i, (v, t) in enumerate(zip(value, item_types, strict=True))
-        ]
-        return _MISSING if any(i is _MISSING for i in items) else tuple(items)
-    accepts = _SCALARS.get(tp)
-    bool_mixup = isinstance(value, bool) and tp is not bool
-    if accepts is not None and isinstance(value, accepts) and not bool_mixup:
-        if tp is float and not math.isfinite(
-            typing.cast(float, value)
-        ):  # .nan, .inf: every use would misbehave
-            problems.append(f"{path}: expected a finite number, got {_show(value)}")
-            return _MISSING
-        return tp(value)
-    problems.append(f"{path}: expected {type_name(tp)}, got {_show(value)}")
-    return _MISSING
-
-
-# Keys renamed since a release; checkpoints store their config, so old names still load.
-RENAMED = {"train.max_skipped_steps": "max_bad_steps"}
-
-
-def _build(cls: type, raw: Any, path: str, problems: list[str]) -> Any:
-    """Build dataclass `cls` from a mapping, collecting problems instead of raising."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        problems.append(f"{path or 'config'}: expected a mapping of keys, got {_show(raw)}")
-        return cls()
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in raw.items():
-        key_path = f"{path}.{key}" if path else str(key)
-        if key_path in RENAMED:
-            key = RENAMED[key_path]
-        if key not in fields:
-            near = difflib.get_close_matches(str(key), fields, n=1, cutoff=0.6)
-            hint = f" (did you mean '{near[0]}'?)" if near else ""
-            allowed = ", ".join(fields)
-            problems.append(f"{_cut(key_path, 80)}: unknown key{hint}; known keys: {allowed}")
-            continue
-        tp = hints[key]
-        if dataclasses.is_dataclass(tp):
-            kwargs[key] = _build(typing.cast(type, tp), value, key_path, problems)
-            continue
-        if key == "attention" and isinstance(value, str):
-            value = ATTENTION_ALIASES.get(value.lower(), value)
-        out = _coerce(value, tp, key_path, problems)
-        if out is _MISSING:
-            continue
-        meta = fields[key].metadata
-        lo, hi, above = meta.get("min"), meta.get("max"), meta.get("above")
-        if isinstance(out, (int, float)) and not isinstance(out, bool):
-            if lo is not None and out < lo:
-                problems.append(f"{key_path}: {out} is below the minimum {lo}")
-                continue
-            if above is not None and out <= above:
-                off = " (null turns it off)" if out == above and fields[key].default else ""
-                problems.append(f"{key_path}: {out} must be above {above}{off}")
-                continue
-            if hi is not None and out > hi:
-                problems.append(f"{key_path}: {out} is above the maximum {hi}")
-                continue
-        kwargs[key] = out
-    return cls(**kwargs)
 
 
 DEVICES = "auto, cpu, cuda or cuda:N"
@@ -515,7 +331,7 @@ def _cross_checks(cfg: Config) -> list[str]:
     m, d = cfg.model, cfg.data
     if cfg.name in ("", ".", "..") or any(c in cfg.name for c in "/\\\0"):
         problems.append(
-            f"name: {_show(cfg.name)} must be a plain name (no '/', not '.' or '..'): "
+            f"name: {show(cfg.name)} must be a plain name (no '/', not '.' or '..'): "
             "the run directory is runs/NAME"
         )
     if m.share_embeddings and not cfg.tokenizer.joint:
@@ -541,31 +357,25 @@ def _cross_checks(cfg: Config) -> list[str]:
         problems.append("train: set at least one of max_steps, max_epochs, max_minutes")
     if not is_device_name(cfg.train.device):
         problems.append(
-            f"train.device: {_show(cfg.train.device)} is not allowed; expected {DEVICES}"
+            f"train.device: {show(cfg.train.device)} is not allowed; expected {DEVICES}"
         )
     return problems
 
 
 def _corpora_checks(d: DataConfig) -> list[str]:
-    problems = []
-    if d.corpora:
-        flat = DataConfig()
-        mixed = [k for k in CORPUS_KEYS if getattr(d, k) != getattr(flat, k)]
-        if mixed:
-            problems.append(
-                f"data.{mixed[0]}: with data.corpora, each corpus gives its own "
-                f"{', '.join(mixed)} (data.corpora[i].{mixed[0]})"
-            )
     corpora = d.corpus_list()
-    where = [f"data.corpora[{i}]" for i in range(len(corpora))] if d.corpora else ["data"]
+    if not corpora:
+        return ["data.corpora: no corpus; list at least one"]
+    where = [f"data.corpora[{i}]" for i in range(len(corpora))]
     names = [c.name for c in corpora]
+    problems = []
     for at, c in zip(where, corpora, strict=True):
         if names.count(c.name) > 1:
-            problems.append(f"{at}.name: {_show(c.name)} names two corpora; give each its own name")
+            problems.append(f"{at}.name: {show(c.name)} names two corpora; give each its own name")
         if c.format == "hub" and not c.hub_name:
             problems.append(f"{at}.hub_name: required when format is 'hub'")
         if "/" in c.name:
-            problems.append(f"{at}.name: {_show(c.name)} must not contain '/'")
+            problems.append(f"{at}.name: {show(c.name)} must not contain '/'")
     if not any(c.valid or c.valid_size for c in corpora):
         problems.append(
             "data.valid: no corpus names a validation split; name one, or set valid_size "
@@ -576,54 +386,54 @@ def _corpora_checks(d: DataConfig) -> list[str]:
 
 # --------------------------------------------------------------------------- loading
 
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader without aliases (`*name`): a config has no need to repeat a
-    node, and aliases of aliases expand exponentially (400 bytes to 52 MB and 350 MB of
-    memory: the "billion laughs"), which a loader must refuse before building them."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                f"aliases (*{_cut(event.anchor, 30)}) are not allowed",
-                event.start_mark,
-            )
-        return super().compose_node(parent, index)
-
-
-def _load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+# Names people bring from other toolkits, mapped to ours.
+ATTENTION_ALIASES = {
+    "general": "bilinear",
+    "multiplicative": "bilinear",
+    "additive": "concat",
+    "mlp": "concat",
+    "bahdanau": "concat",
+    "luong": "dot",
+    "scaled": "scaled_dot",
+}
+NORMALISE = {
+    "model.attention": lambda v: ATTENTION_ALIASES.get(v.lower(), v) if isinstance(v, str) else v
+}
+# Keys renamed since a release; checkpoints store their config, so old names still load.
+RENAMED = {"train.max_skipped_steps": "max_bad_steps"}
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`a.b=value` -> (["a", "b"], value parsed as YAML)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(
-            [f"--set {_show(text)}: expected KEY=VALUE, e.g. train.lr=0.0005"], "--set"
-        )
-    parts = key.strip().split(".")
-    if any(not p for p in parts):
-        raise ConfigError([f"--set {_show(text)}: malformed key {_show(key)}"], "--set")
-    try:
-        parsed = _load_yaml(value) if value.strip() else ""
-    except yaml.YAMLError:
-        parsed = value
-    return parts, parsed
+def _one_corpus(raw: dict[str, Any]) -> tuple[bool, list[str]]:
+    """Rewrite, in place, the one-corpus spelling of `data` (the corpus keys directly under
+    it) into `corpora: [...]`, with Multi30k's folder and splits where it leaves them out.
+    Returns whether it did (problems then name `data.KEY`, as written), and the problem of a
+    `data` that mixes both spellings."""
+    data = raw.get("data", {})
+    if not isinstance(data, dict):
+        return False, []
+    given = [k for k in CORPUS_KEYS if k in data]
+    rest = {k: v for k, v in data.items() if k not in given}
+    if "corpora" in data:
+        raw["data"] = rest  # the keys in the wrong place are said once, below
+        if not given:
+            return False, []
+        return False, [
+            f"data.{given[0]}: with data.corpora, each corpus gives its own "
+            f"{', '.join(given)} (data.corpora[i].{given[0]})"
+        ]
+    corpus = ONE_CORPUS_DEFAULTS | {k: data[k] for k in given}
+    raw["data"] = rest | {"corpora": [corpus]}
+    return True, []
 
 
-def _apply(raw: dict[str, Any], parts: list[str], value: Any) -> None:
-    node = raw
-    for p in parts[:-1]:
-        child = node.get(p)
-        if not isinstance(child, dict):
-            child = {}
-            node[p] = child
-        node = child
-    node[parts[-1]] = value
+def apply_data_dir_env(raw: dict[str, Any]) -> dict[str, Any]:
+    """The rule of NMT_DATA_DIR: when set, it replaces data.root (a config being loaded, or a
+    checkpoint's config being evaluated on this machine's data). `--set` comes after it."""
+    env_dir = os.environ.get(DATA_DIR_ENV)
+    if not env_dir:
+        return raw
+    data = raw.get("data")
+    return {**raw, "data": {**(data if isinstance(data, dict) else {}), "root": env_dir}}
 
 
 def config_from_dict(
@@ -635,12 +445,15 @@ def config_from_dict(
     raw = dict(raw)
     for text in overrides:
         parts, value = parse_override(text)
-        _apply(raw, parts, value)
-    problems: list[str] = []
-    cfg = _build(Config, raw, "", problems)
+        apply_override(raw, parts, value)
+    rewritten, problems = _one_corpus(raw)
+    cfg, found = build(Config, raw, renamed=RENAMED, normalise=NORMALISE)
+    problems += found
     if not problems:
         problems = _cross_checks(cfg)
     if problems:
+        if rewritten:
+            problems = [p.replace("data.corpora[0].", "data.") for p in problems]
         raise ConfigError(problems, source)
     return cfg
 
@@ -655,7 +468,7 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError([f"cannot read: {e}"], str(path)) from None
     try:
-        raw = _load_yaml(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -666,8 +479,4 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
     if not isinstance(raw, dict):
         raise ConfigError(["expected a mapping of sections at the top level"], str(path))
     raw.setdefault("name", path.stem)
-    env_dir = os.environ.get(DATA_DIR_ENV)
-    if env_dir:
-        data = raw.get("data")
-        raw["data"] = {**(data if isinstance(data, dict) else {}), "root": env_dir}
-    return config_from_dict(raw, overrides, str(path))
+    return config_from_dict(apply_data_dir_env(raw), overrides, str(path))

@@ -21,8 +21,6 @@ sacrebleu and sacremoses are imported when a score is asked for, not with this m
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -128,12 +126,10 @@ def chrf(hyps: Sequence[str], refs: Sequence[str], *, lowercase: bool = False) -
 def test_sets(config: Config, cache_dir: Path | None) -> list[tuple[str, list[str], list[str]]]:
     """The config's test split(s) as (name, sources, references), read as training read them
     (lowercased when data.lowercase). `NMT_DATA_DIR` overrides data.root, as for training."""
-    from nmt.config import DATA_DIR_ENV
+    from nmt.config import apply_data_dir_env, config_from_dict
     from nmt.corpus import load_split, load_splits, split_name
 
-    data = config.data
-    if os.environ.get(DATA_DIR_ENV):
-        data = dataclasses.replace(data, root=os.environ[DATA_DIR_ENV])
+    data = config_from_dict(apply_data_dir_env(config.to_dict())).data
     corpora = data.corpus_list()
     if any(c.test_size for c in corpora):  # held out of a train split, as `nmt train` did
         named = [

@@ -102,7 +102,7 @@ def test_cross_checks():
 
 def test_list_and_tuple_fields():
     cfg = config_from_dict({"data": {"test": "test_2016_flickr"}, "train": {"betas": [0.9, 0.98]}})
-    assert cfg.data.test == ("test_2016_flickr",)
+    assert cfg.data.corpora[0].test == ("test_2016_flickr",)
     assert cfg.train.betas == (0.9, 0.98)
     (problem,) = problems_of({"train": {"betas": [0.9]}})
     assert problem.startswith("train.betas: expected a list of 2")
@@ -202,3 +202,28 @@ def test_resolved_config_round_trips_through_yaml():
 
     cfg = config_from_dict({"model": {"attention": "dot"}, "data": {"test": ["a", "b"]}})
     assert config_from_dict(yaml.safe_load(cfg.to_yaml())) == cfg
+
+
+def test_one_corpus_spelling_is_a_list_of_one_with_multi30k_defaults():
+    one = config_from_dict({"data": {"dir": "m30k", "format": "text", "root": "r"}})
+    listed = config_from_dict(
+        {
+            "data": {
+                "root": "r",
+                "corpora": [{"dir": "m30k", "valid": "val", "test": ["test_2016_flickr"]}],
+            }
+        }
+    )
+    assert one == listed
+    assert one.data.corpora[0].valid == "val" and config_from_dict({}) == Config()
+    # a stored config (a checkpoint's) loads back to the same
+    assert config_from_dict(one.to_dict()) == one
+    # messages name a key as it was written
+    assert problems_of({"data": {"weight": 0}})[0].startswith("data.weight: 0.0 must be above")
+    assert problems_of({"data": {"corpora": [{"dir": "x", "valid": "v", "format": "csv"}]}})[
+        0
+    ].startswith("data.corpora[0].format: 'csv' is not allowed")
+    (problem,) = problems_of({"data": {"corpora": [{"dir": "a", "valid": "v"}], "dir": "b"}})
+    assert problem.startswith("data.dir: with data.corpora, each corpus gives its own dir")
+    (problem,) = problems_of({"data": {"corpora": []}})
+    assert problem.startswith("data.corpora: no corpus")

@@ -34,6 +34,17 @@ def write_split(directory: Path, split: str, src: list[str], tgt: list[str]) -> 
     (directory / f"{split}.fr").write_text("".join(t + "\n" for t in tgt), encoding="utf-8")
 
 
+def one_corpus(**keys: Any) -> DataConfig:
+    """`data` written the one-corpus way (its keys directly under `data`), as a config file
+    would."""
+    return config_from_dict({"data": keys}).data
+
+
+def with_corpus(data: DataConfig, **keys: Any) -> DataConfig:
+    """`data` with its one corpus's keys changed, unchecked (as a stored config could be)."""
+    return dataclasses.replace(data, corpora=(dataclasses.replace(data.corpora[0], **keys),))
+
+
 def quiet(_: str) -> None:
     pass
 
@@ -42,19 +53,19 @@ def quiet(_: str) -> None:
 
 
 def test_text_files_load_aligned(tmp_path: Path) -> None:
-    ds = load_split(DataConfig(dir=str(TINY)), "train", cache_dir=tmp_path)
+    ds = load_split(one_corpus(dir=str(TINY)), "train", cache_dir=tmp_path)
     assert ds.column_names == ["src", "tgt"]
     assert ds["src"][:] == EN and ds["tgt"][:] == FR
 
 
 def test_empty_lines_stay_rows_so_the_sides_stay_aligned(tmp_path: Path) -> None:
     write_split(tmp_path / "c", "train", ["A dog.", "", "A cat."], ["Un chien.", "", "Un chat."])
-    ds = load_split(DataConfig(dir=str(tmp_path / "c")), "train", cache_dir=tmp_path)
+    ds = load_split(one_corpus(dir=str(tmp_path / "c")), "train", cache_dir=tmp_path)
     assert ds[:] == {"src": ["A dog.", "", "A cat."], "tgt": ["Un chien.", "", "Un chat."]}
 
 
 def test_tsv_takes_two_columns_literally(tmp_path: Path) -> None:
-    cfg = DataConfig(dir=str(DATA), format="tsv")
+    cfg = one_corpus(dir=str(DATA), format="tsv")
     ds = load_split(cfg, "tiny.tsv", cache_dir=tmp_path)
     assert ds.column_names == ["src", "tgt"] and len(ds) == 4
     assert ds[0] == {"src": "A horse is eating grass.", "tgt": "Un cheval mange de l'herbe."}
@@ -65,12 +76,12 @@ def test_tsv_takes_two_columns_literally(tmp_path: Path) -> None:
 
 def test_tsv_keeps_words_pandas_would_read_as_missing_or_numbers(tmp_path: Path) -> None:
     (tmp_path / "t.tsv").write_text("NA\tnull\n1.50\t007\n", encoding="utf-8")
-    ds = load_split(DataConfig(dir=str(tmp_path), format="tsv"), "t.tsv", cache_dir=tmp_path)
+    ds = load_split(one_corpus(dir=str(tmp_path), format="tsv"), "t.tsv", cache_dir=tmp_path)
     assert ds[:] == {"src": ["NA", "1.50"], "tgt": ["null", "007"]}
 
 
 def test_jsonl_reads_fields_and_translation_dicts(tmp_path: Path) -> None:
-    ds = load_split(DataConfig(dir=str(DATA), format="jsonl"), "tiny.jsonl", cache_dir=tmp_path)
+    ds = load_split(one_corpus(dir=str(DATA), format="jsonl"), "tiny.jsonl", cache_dir=tmp_path)
     assert ds.column_names == ["src", "tgt"]
     assert ds["src"][:] == [
         "A horse is eating grass.",
@@ -81,7 +92,7 @@ def test_jsonl_reads_fields_and_translation_dicts(tmp_path: Path) -> None:
 
 
 def test_extract_pairs_field_rules() -> None:
-    cfg = DataConfig(src_field="source", tgt_field="target", src_lang="de", tgt_lang="en")
+    cfg = one_corpus(src_field="source", tgt_field="target", src_lang="de", tgt_lang="en")
     rows: dict[str, list[Any]] = {
         "source": ["Hallo", None],
         "target": ["Hello", None],
@@ -99,11 +110,11 @@ def test_extract_pairs_field_rules() -> None:
 def test_jsonl_row_without_the_fields_is_named(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text('{"en": "a", "fr": "b"}\n{"en": "c"}\n', encoding="utf-8")
     with pytest.raises(DataError, match=r"bad.jsonl: row 2 has neither"):
-        load_split(DataConfig(dir=str(tmp_path), format="jsonl"), "bad.jsonl", cache_dir=tmp_path)
+        load_split(one_corpus(dir=str(tmp_path), format="jsonl"), "bad.jsonl", cache_dir=tmp_path)
 
 
 def test_lowercase_applies_to_both_sides(tmp_path: Path) -> None:
-    ds = load_split(DataConfig(dir=str(TINY), lowercase=True), "val", cache_dir=tmp_path)
+    ds = load_split(one_corpus(dir=str(TINY), lowercase=True), "val", cache_dir=tmp_path)
     assert ds[0] == {"src": ds[0]["src"].lower(), "tgt": ds[0]["tgt"].lower()}
     assert ds[0]["src"] != (TINY / "val.en").read_text(encoding="utf-8").splitlines()[0]
 
@@ -111,7 +122,7 @@ def test_lowercase_applies_to_both_sides(tmp_path: Path) -> None:
 def test_line_count_mismatch_names_both_files_and_counts(tmp_path: Path) -> None:
     write_split(tmp_path, "train", ["a", "b", "c"], ["x", "y"])
     with pytest.raises(DataError) as info:
-        load_split(DataConfig(dir=str(tmp_path)), "train", cache_dir=tmp_path / "hf")
+        load_split(one_corpus(dir=str(tmp_path)), "train", cache_dir=tmp_path / "hf")
     assert str(info.value) == (
         f"{tmp_path / 'train.en'} has 3 lines but {tmp_path / 'train.fr'} has 2: "
         "the two sides must be aligned line by line"
@@ -121,17 +132,17 @@ def test_line_count_mismatch_names_both_files_and_counts(tmp_path: Path) -> None
 def test_missing_file_names_its_path_and_the_download_option(tmp_path: Path) -> None:
     (tmp_path / "train.en").write_text("a\n", encoding="utf-8")
     with pytest.raises(DataError, match="data.download: multi30k") as info:
-        load_split(DataConfig(dir=str(tmp_path)), "train", cache_dir=tmp_path / "hf")
+        load_split(one_corpus(dir=str(tmp_path)), "train", cache_dir=tmp_path / "hf")
     assert str(info.value).startswith(f"{tmp_path / 'train.fr'}: no such file")
     with pytest.raises(DataError, match=r"nope.tsv: no such file"):
-        load_split(DataConfig(dir=str(tmp_path), format="tsv"), "nope.tsv")
+        load_split(one_corpus(dir=str(tmp_path), format="tsv"), "nope.tsv")
 
 
 def test_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
     write_split(tmp_path, "train", ["a", "b", "c"], ["x", "y", "z"])
     (tmp_path / "train.fr").write_bytes(b"x\ny\n\xffz\n")
     with pytest.raises(DataError, match=r"train.fr: line 3 is not valid UTF-8 \(byte 0xff"):
-        load_split(DataConfig(dir=str(tmp_path)), "train", cache_dir=tmp_path / "hf")
+        load_split(one_corpus(dir=str(tmp_path)), "train", cache_dir=tmp_path / "hf")
 
 
 def test_download_failure_says_which_url_and_where_to_put_files(
@@ -141,7 +152,7 @@ def test_download_failure_says_which_url_and_where_to_put_files(
         raise urllib.error.URLError("no network")
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
-    cfg = DataConfig(dir=str(tmp_path / "m30k"), download="multi30k")
+    cfg = one_corpus(dir=str(tmp_path / "m30k"), download="multi30k")
     with pytest.raises(DataError) as info:
         load_split(cfg, "val", cache_dir=tmp_path / "hf")
     url = MULTI30K_URL.format(name="val.en")
@@ -165,7 +176,7 @@ def test_download_gunzips_missing_files_into_place(
     monkeypatch.setattr(urllib.request, "urlopen", fake)
     write_split(tmp_path, "val", ["A dog."], ["Un chien."])
     (tmp_path / "val.fr").unlink()  # only the missing side is fetched
-    ds = load_split(DataConfig(dir=str(tmp_path), download="multi30k"), "val", cache_dir=tmp_path)
+    ds = load_split(one_corpus(dir=str(tmp_path), download="multi30k"), "val", cache_dir=tmp_path)
     assert fetched == [MULTI30K_URL.format(name="val.fr")]
     assert ds[:] == {"src": ["A dog."], "tgt": ["Un chien."]}
 
@@ -186,17 +197,17 @@ def test_download_tatoeba_unzips_the_pairs_file(
         return io.BytesIO(data.getvalue())
 
     monkeypatch.setattr(urllib.request, "urlopen", fake)
-    cfg = DataConfig(dir=str(tmp_path / "tatoeba"), format="tsv", download="tatoeba")
+    cfg = one_corpus(dir=str(tmp_path / "tatoeba"), format="tsv", download="tatoeba")
     ds = load_split(cfg, "fra-eng.tsv", cache_dir=tmp_path / "hf")
     assert fetched == [TATOEBA_URL.format(lang="fra")]
     assert ds[:] == {"src": ["Go.", "Hi."], "tgt": ["Va !", "Salut."]}
-    unknown = dataclasses.replace(cfg, tgt_lang="xx", dir=str(tmp_path / "other"))
+    unknown = with_corpus(dataclasses.replace(cfg, tgt_lang="xx"), dir=str(tmp_path / "other"))
     with pytest.raises(DataError, match="data.download: tatoeba knows English with fr, de"):
         load_split(unknown, "fra-eng.tsv", cache_dir=tmp_path / "hf")
 
 
 def test_valid_and_test_can_be_held_out_of_train(tmp_path: Path) -> None:
-    cfg = DataConfig(
+    cfg = one_corpus(
         dir=str(DATA), format="tsv", train="tiny.tsv", valid="", valid_size=1, test=(), test_size=1
     )
     splits = load_splits(cfg, cache_dir=tmp_path)
@@ -210,9 +221,9 @@ def test_valid_and_test_can_be_held_out_of_train(tmp_path: Path) -> None:
     again = load_splits(cfg, cache_dir=tmp_path)
     assert again[1].texts[:] == splits[1].texts[:]  # the same rows every time
     with pytest.raises(DataError, match="no corpus names a validation split"):
-        load_splits(dataclasses.replace(cfg, valid_size=0), cache_dir=tmp_path)
+        load_splits(with_corpus(cfg, valid_size=0), cache_dir=tmp_path)
     with pytest.raises(DataError, match="data.valid_size: 4 rows"):
-        load_splits(dataclasses.replace(cfg, valid_size=4), cache_dir=tmp_path)
+        load_splits(with_corpus(cfg, valid_size=4), cache_dir=tmp_path)
 
 
 # --------------------------------------------------------------------------- preparation
