@@ -20,6 +20,14 @@ TINY_DATA = ROOT / "tests" / "data" / "tiny"
 TINY_CONFIG = ROOT / "configs" / "tiny.yaml"
 
 
+@pytest.fixture(autouse=True)
+def _in_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in its own empty folder: what nmt writes relative to the working
+    directory (`runs/latest`, `runs/NAME`) never lands in the checkout the suite runs from,
+    which may hold a user's own runs."""
+    monkeypatch.chdir(tmp_path)
+
+
 @dataclass(frozen=True)
 class TinyRun:
     """A run directory holding `best.pt`: the tiny config's model, overfitted for a moment."""
