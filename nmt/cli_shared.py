@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from nmt.config import Config, ConfigError, load_config
-from nmt.errors import NmtError
+from nmt.errors import DecodeArgumentError, NmtError
 
 if TYPE_CHECKING:
     from nmt.translate import Translator
@@ -88,6 +88,16 @@ def show_tracebacks(on: bool) -> None:
     _show_tracebacks = on
 
 
+def _lines_of(e: NmtError) -> list[str]:
+    """How the command line says an error: a config's problems one a line, a decoding
+    argument by its flag (`--nbest 4: ...`)."""
+    if isinstance(e, ConfigError):
+        return [f"{e.source}: {p}" for p in e.problems]
+    if isinstance(e, DecodeArgumentError):
+        return [f"--{e.argument.replace('_', '-')} {e.value}: expected {e.expected}"]
+    return [str(e)]
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Mistakes a user can fix become one line each on stderr and exit code 2 (with
@@ -97,8 +107,7 @@ def user_errors() -> Iterator[None]:
     except NmtError as e:
         if _show_tracebacks:
             traceback.print_exc()
-        lines = [f"{e.source}: {p}" for p in e.problems] if isinstance(e, ConfigError) else [str(e)]
-        for line in lines:
+        for line in _lines_of(e):
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:

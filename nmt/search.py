@@ -35,9 +35,21 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import Tensor
 
+from nmt.config import DecodeConfig
+from nmt.errors import DecodeArgumentError
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 LengthPenalty = Literal["none", "average", "gnmt"]
+
+
+def check_decode_args(*, beam: int, nbest: int = 1, batch_size: int = 1) -> None:
+    """The one range check of beam, nbest and batch size, for every way in."""
+    if beam < 1:
+        raise DecodeArgumentError("beam", beam, "at least 1")
+    if not 1 <= nbest <= beam:
+        raise DecodeArgumentError("nbest", nbest, f"1 to the beam size ({beam})")
+    if batch_size < 1:
+        raise DecodeArgumentError("batch_size", batch_size, "at least 1")
 
 
 class Decodable(Protocol):
@@ -270,10 +282,7 @@ def beam_search(
     OpenNMT-py and fairseq: a later, longer hypothesis could still score better under a
     length penalty, rarely enough that searching on costs more than it gains.)
     """
-    if beam < 1:
-        raise ValueError(f"beam: expected at least 1, got {beam}")
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest: expected 1 to the beam size {beam}, got {nbest}")
+    check_decode_args(beam=beam, nbest=nbest)
     K = beam
     with torch.inference_mode():
         device = src.device
@@ -364,3 +373,31 @@ def beam_search(
             prev, tokens, attn_hist = new_tok, tokens_next, attn_next
             t += 1
     return _collect(ended, src_lens, nbest=nbest, length_penalty=length_penalty, alpha=alpha)
+
+
+def decode(
+    model: Decodable,
+    src: Tensor,
+    src_lens: Tensor,
+    settings: DecodeConfig,
+    *,
+    beam: int | None = None,
+    nbest: int = 1,
+) -> SearchResult:
+    """Greedy search when the beam is 1, beam search otherwise, with the config's limits and
+    length penalty (`beam`: the config's unless given). Greedy's hypotheses get the score
+    beam search would give them (`normalise`), so that the two compare. Translator,
+    validation and the scripts decode through here."""
+    beam = settings.beam if beam is None else beam
+    limits = {
+        "max_len_ratio": settings.max_len_ratio,
+        "max_len_const": settings.max_len_const,
+        "min_len": settings.min_len,
+    }
+    penalty = {"length_penalty": settings.length_penalty, "alpha": settings.alpha}
+    if beam > 1:
+        return beam_search(model, src, src_lens, beam=beam, nbest=nbest, **penalty, **limits)
+    result = greedy(model, src, src_lens, **limits)
+    for (h,) in result.hypotheses:
+        h.score = normalise(h.logprob, len(h.tokens) + (1 if h.finished else 0), **penalty)
+    return result

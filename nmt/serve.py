@@ -28,7 +28,9 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import ClientDisconnect
 
 from nmt.batcher import Batcher, Busy, Gone, TooSlow
+from nmt.errors import DecodeArgumentError
 from nmt.limits import Limits
+from nmt.search import check_decode_args
 from nmt.translate import Translation, Translator
 
 
@@ -104,8 +106,10 @@ def _check(req: TranslateRequest, limits: Limits, default_beam: int) -> tuple[li
     beam = default_beam if req.beam is None else req.beam
     if beam > limits.max_beam:
         raise _fail(422, "beam", f"{beam}; the limit is {limits.max_beam}")
-    if req.nbest > beam:
-        raise _fail(422, "nbest", f"{req.nbest} is more than the beam ({beam})")
+    try:
+        check_decode_args(beam=beam, nbest=req.nbest)
+    except DecodeArgumentError as e:
+        raise _fail(422, e.argument, f"{e.value}: expected {e.expected}") from None
     return sentences, beam
 
 

@@ -354,7 +354,8 @@ def _validate_and_save(
         reporter.record(row)
         if len(prepared.valid.src_ids):
             sample = prepared.valid.src_ids[0]
-            reporter.attention_image(attention_of(ts.model, sample, ts.device), pos.step)
+            image = attention_of(ts.model, sample, ts.cfg.decode, ts.device)
+            reporter.attention_image(image, pos.step)
         run.save(ts.checkpoint(), step=pos.step, best=improved)
 
 

@@ -24,10 +24,9 @@ from nmt.batching import collate
 from nmt.checkpoint import load_for_inference
 from nmt.config import Config
 from nmt.ensemble import Ensemble, check_compatible
-from nmt.errors import NmtError
 from nmt.model import Seq2Seq
 from nmt.runtime import Precision, autocast
-from nmt.search import Decodable, Hypothesis, beam_search, greedy, normalise
+from nmt.search import Decodable, Hypothesis, check_decode_args, decode
 from nmt.tokenizer import EOS_PIECE, UNK_ID, UNK_MARK
 
 if TYPE_CHECKING:
@@ -143,12 +142,7 @@ class Translator:
         dc = self.config.decode
         beam = dc.beam if beam is None else beam
         batch_size = dc.batch_size if batch_size is None else batch_size
-        if beam < 1:
-            raise NmtError(f"--beam {beam}: expected at least 1")
-        if not 1 <= nbest <= beam:
-            raise NmtError(f"--nbest {nbest}: expected 1 to the beam size ({beam})")
-        if batch_size < 1:
-            raise NmtError(f"--batch-size {batch_size}: expected at least 1")
+        check_decode_args(beam=beam, nbest=nbest, batch_size=batch_size)
 
         cleaned = [self._clean(s) for s in sentences]
         texts = [t for t, _ in cleaned]
@@ -216,47 +210,16 @@ class Translator:
         one's copy shares."""
         batch = collate(rows, None, range(len(rows))).to(self.device)
         with autocast(self.device, self.precision):
-            hyps = self._run_search(batch.src, batch.src_lens, beam=beam, nbest=nbest)
+            found = decode(
+                self.model, batch.src, batch.src_lens, self.config.decode, beam=beam, nbest=nbest
+            )
+            hyps = found.hypotheses
             best = [h[0] for h in hyps]
             copied = copy_shares(self.model, batch.src, batch.src_lens, best) if shares else None
         # collate sorts by length: back to the order of `rows`
         at = {row: b for b, row in enumerate(batch.index.tolist())}
         order = [at[i] for i in range(len(rows))]
         return [hyps[b] for b in order], None if copied is None else [copied[b] for b in order]
-
-    def _run_search(
-        self, src: Tensor, src_lens: Tensor, *, beam: int, nbest: int
-    ) -> list[list[Hypothesis]]:
-        dc = self.config.decode
-        if beam == 1:
-            result = greedy(
-                self.model,
-                src,
-                src_lens,
-                max_len_ratio=dc.max_len_ratio,
-                max_len_const=dc.max_len_const,
-                min_len=dc.min_len,
-            )
-            # Scored like beam search's outputs, so that the two can be compared.
-            for (h,) in result.hypotheses:
-                length = len(h.tokens) + (1 if h.finished else 0)
-                h.score = normalise(
-                    h.logprob, length, length_penalty=dc.length_penalty, alpha=dc.alpha
-                )
-        else:
-            result = beam_search(
-                self.model,
-                src,
-                src_lens,
-                beam=beam,
-                nbest=nbest,
-                length_penalty=dc.length_penalty,
-                alpha=dc.alpha,
-                max_len_ratio=dc.max_len_ratio,
-                max_len_const=dc.max_len_const,
-                min_len=dc.min_len,
-            )
-        return result.hypotheses
 
     def _translation(
         self,

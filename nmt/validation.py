@@ -8,12 +8,12 @@ import math
 import torch
 
 from nmt.batching import collate, make_batches
-from nmt.config import Config
+from nmt.config import Config, DecodeConfig
 from nmt.data import Prepared
 from nmt.evaluate import bleu
 from nmt.model import Seq2Seq
 from nmt.runtime import Precision, autocast
-from nmt.search import greedy
+from nmt.search import decode
 from nmt.step import token_loss
 
 
@@ -47,14 +47,7 @@ def validate(
         with autocast(device, precision):
             out = model(batch.src, batch.src_lens, batch.tgt_in)
             loss += token_loss(out, batch.tgt_out, 0.0)
-            result = greedy(
-                model,
-                batch.src,
-                batch.src_lens,
-                max_len_ratio=cfg.decode.max_len_ratio,
-                max_len_const=cfg.decode.max_len_const,
-                min_len=0,
-            )
+            result = decode(model, batch.src, batch.src_lens, cfg.decode, beam=1)
         tokens += batch.n_tgt_tokens
         texts = prepared.tokenizer.decode_tgt([h[0].tokens for h in result.hypotheses])
         for r, text in zip(batch.index.tolist(), texts, strict=True):
@@ -73,12 +66,12 @@ def validate(
 
 
 @torch.inference_mode()
-def attention_of(model: Seq2Seq, src_ids: list[int], device: torch.device) -> torch.Tensor:
+def attention_of(
+    model: Seq2Seq, src_ids: list[int], settings: DecodeConfig, device: torch.device
+) -> torch.Tensor:
     """Greedy attention (T, S) for one sentence, for the TensorBoard image."""
     batch = collate([src_ids], None, [0]).to(device)
     model.eval()
-    result = greedy(
-        model, batch.src, batch.src_lens, max_len_ratio=2.0, max_len_const=10, min_len=0
-    )
+    result = decode(model, batch.src, batch.src_lens, settings, beam=1)
     model.train()
     return result.hypotheses[0][0].attention.float().cpu()

@@ -14,8 +14,8 @@ Example: .venv/bin/python scripts/bench_decode.py --threads 2
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
-from typing import Any
 
 import torch
 
@@ -23,7 +23,7 @@ from nmt.batching import collate
 from nmt.config import config_from_dict
 from nmt.model import build_model
 from nmt.runtime import autocast
-from nmt.search import beam_search, greedy
+from nmt.search import decode
 
 
 def main() -> None:
@@ -88,21 +88,9 @@ def main() -> None:
             f"{tokens / seconds:.0f} output tokens/s"
         )
 
-    limits: dict[str, Any] = dict(max_len_ratio=ratio, max_len_const=const, min_len=0)
-    run("greedy", lambda b: greedy(model, b.src, b.src_lens, **limits))
-    run(
-        f"beam {args.beam}",
-        lambda b: beam_search(
-            model,
-            b.src,
-            b.src_lens,
-            beam=args.beam,
-            nbest=1,
-            length_penalty=dc.length_penalty,
-            alpha=dc.alpha,
-            **limits,
-        ),
-    )
+    settings = dataclasses.replace(dc, max_len_ratio=ratio, max_len_const=const, min_len=0)
+    run("greedy", lambda b: decode(model, b.src, b.src_lens, settings, beam=1))
+    run(f"beam {args.beam}", lambda b: decode(model, b.src, b.src_lens, settings, beam=args.beam))
 
 
 if __name__ == "__main__":

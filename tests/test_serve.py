@@ -116,7 +116,7 @@ def test_attention_and_nbest(server, tiny_run):
         (json.dumps({"text": "x" * 1001}).encode(), 422, "text: 1,001 characters"),
         (b'{"text": "a", "beam": 0}', 422, "beam: Input should be greater than or equal to 1"),
         (b'{"text": "a", "beam": 17}', 422, "beam: 17; the limit is 16"),
-        (b'{"text": "a", "beam": 3, "nbest": 4}', 422, "nbest: 4 is more than the beam (3)"),
+        (b'{"text": "a", "beam": 3, "nbest": 4}', 422, "nbest: 4: expected 1 to the beam size (3)"),
         (b'{"text": "a", "model": "/etc/passwd"}', 422, "model: Extra inputs are not permitted"),
         (b'{"text": "a", "attention": "maybe"}', 422, "attention"),
         (b"[1, 2]", 422, "body"),

@@ -15,6 +15,7 @@ from nmt.batching import collate
 from nmt.checkpoint import CheckpointError
 from nmt.cli import app
 from nmt.display import format_attention, plot_attention, plot_paths
+from nmt.errors import DecodeArgumentError
 from nmt.files import read_lines
 from nmt.search import Hypothesis, greedy
 from nmt.tokenizer import UNK_ID
@@ -91,8 +92,12 @@ def test_nbest_lists_distinct_translations_best_first(translator, sentences):
 
 
 def test_nbest_above_beam_is_refused(translator):
-    with pytest.raises(Exception, match="--nbest 4: expected 1 to the beam size"):
+    with pytest.raises(DecodeArgumentError, match=r"^nbest 4: expected 1 to the beam size"):
         translator.translate(["A dog."], beam=3, nbest=4)
+    with pytest.raises(DecodeArgumentError, match=r"^beam 0: expected at least 1"):
+        translator.translate(["A dog."], beam=0)
+    with pytest.raises(DecodeArgumentError, match=r"^batch_size 0: expected at least 1"):
+        translator.translate(["A dog."], batch_size=0)
 
 
 def test_empty_lines_give_empty_translations_without_the_model(tiny_run):
@@ -393,6 +398,12 @@ def test_cli_bf16_translates_too(tiny_run, sentences):
     result = nmt(*args, *sentences[:3])
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == 3
+
+
+def test_cli_names_decoding_arguments_by_their_flags(tiny_run):
+    result = nmt("translate", "-m", str(tiny_run.run_dir), "--beam", "3", "--nbest", "4", "A dog.")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: --nbest 4: expected 1 to the beam size (3)"
 
 
 def test_cli_without_a_trained_run_says_so(tmp_path, monkeypatch):
