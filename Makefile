@@ -34,6 +34,7 @@ check:
 	$(BIN)/ruff check nmt tests scripts
 	$(BIN)/ruff format --check nmt tests scripts
 	$(BIN)/mypy
+	$(BIN)/python scripts/long_code.py --strict
 
 train:
 	$(BIN)/nmt train $(CONFIG) --set train.max_minutes=$(MINUTES)

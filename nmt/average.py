@@ -25,12 +25,7 @@ from nmt.checkpoint import (
     save_checkpoint,
 )
 from nmt.files import write_output
-
-
-def step_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's step-N.pt checkpoints, oldest first."""
-    found = [p for p in run_dir.glob("step-*.pt") if p.stem.split("-", 1)[1].isdigit()]
-    return sorted(found, key=lambda p: int(p.stem.split("-", 1)[1]))
+from nmt.run_dir import step_checkpoints
 
 
 def last_checkpoints(run_dir: Path, n: int) -> list[Path]:
@@ -69,13 +64,16 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
         k: (v / n).to(first["model"][k].dtype) if v.is_floating_point() else v
         for k, v in total.items()
     }
-    return {
+    out = {
         "config": first["config"],
         "tokenizer": first["tokenizer"],
         "vocab": first.get("vocab"),
         "model": model,
         "averaged_from": [str(p) for p in paths],
     }
+    if "shortlist" in first:  # built from the training data: the same in every checkpoint
+        out["shortlist"] = first["shortlist"]
+    return out
 
 
 def _model_checkpoint(path: Path) -> dict[str, Any]:

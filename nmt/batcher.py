@@ -1,5 +1,7 @@
 """Micro-batching for `nmt serve`: the sentences of requests that arrive within a few
-milliseconds of each other are decoded in one `Translator.translate` call.
+milliseconds of each other are decoded in one `Translator.translate` call, as one search
+batch (the batcher is the server's one batching layer: it bounds a batch's sentences and
+source tokens). Each sentence is cleaned and tokenized once, when its request arrives.
 
 The call runs on the batcher's own thread, so the event loop keeps accepting requests while a
 batch decodes; they form the next batch. The search never lets one sentence change another's
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING
 from nmt.limits import Limits
 
 if TYPE_CHECKING:
-    from nmt.translate import Translation, Translator
+    from nmt.translate import Source, Translation, Translator
 
 log = logging.getLogger("nmt.serve")
 
@@ -39,7 +41,7 @@ class Gone(Exception):
 
 @dataclass
 class _Job:
-    sentences: list[str]
+    sentences: list[Source]
     beam: int
     nbest: int
     tokens: int
@@ -93,9 +95,10 @@ class Batcher:
         """The translations of `sentences`, decoded with those of other requests. `gone`
         says whether the caller has left: then the request is dropped before decoding.
         Raises Busy when the queue is full, TooSlow past `Limits.request_seconds`."""
-        tokens = sum(len(ids) + 1 for ids in self.translator.tokenizer.encode_src(sentences))
+        sources = self.translator.prepare(sentences)
+        tokens = sum(len(s.pieces.ids) + 1 for s in sources)  # EOS included
         future = asyncio.get_running_loop().create_future()
-        job = _Job(sentences, beam, nbest, tokens, future, gone)
+        job = _Job(sources, beam, nbest, tokens, future, gone)
         try:
             self._queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -165,9 +168,14 @@ class Batcher:
             self._answer(j, out[start : start + len(j.sentences)])
             start += len(j.sentences)
 
-    async def _call(self, sentences: list[str], like: _Job) -> list[Translation]:
+    async def _call(self, sentences: list[Source], like: _Job) -> list[Translation]:
         call = functools.partial(
-            self.translator.translate, sentences, beam=like.beam, nbest=like.nbest, progress=False
+            self.translator.translate,
+            sentences,
+            beam=like.beam,
+            nbest=like.nbest,
+            batch_size=len(sentences),  # the batch is formed already: one search
+            progress=False,
         )
         out = await asyncio.get_running_loop().run_in_executor(self._executor, call)
         self.counters.batches += 1

@@ -2,7 +2,7 @@
 
 Heavy libraries (torch, datasets) are imported inside the commands that need them, so
 `nmt --help` and `nmt check-config` answer at once. The training commands are here, the
-decoding ones (translate, eval, serve) in `nmt.cli_decode`, what they share in
+decoding ones (translate, eval) in `nmt.cli_decode`, serve in `nmt.cli_serve`, what they share in
 `nmt.cli_shared`.
 """
 
@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from nmt import cli_decode
+from nmt import cli_decode, cli_serve
 from nmt.cli_shared import ConfigArg, SetOpt, fail, load, show_tracebacks, user_errors
 from nmt.errors import NmtError
 
@@ -132,8 +132,8 @@ def average(
     """
     with user_errors():
         from nmt.average import last_checkpoints, write_average
-        from nmt.checkpoint import is_run_checkpoint_name
         from nmt.files import check_output
+        from nmt.run_dir import is_run_checkpoint_name
 
         if last is not None:
             if len(checkpoints) != 1 or not checkpoints[0].is_dir():
@@ -161,4 +161,4 @@ def average(
 # The decoding commands, in the order `nmt --help` lists them.
 app.command()(cli_decode.translate)
 app.command("eval")(cli_decode.eval_)
-app.command()(cli_decode.serve)
+app.command()(cli_serve.serve)

@@ -1,4 +1,5 @@
-"""The decoding commands of `nmt`: translate, eval and serve (registered in `nmt.cli`).
+"""The decoding commands of `nmt`: translate and eval (registered in `nmt.cli`; serve is in
+`nmt.cli_serve`).
 
 Each parses its options, loads a `Translator` and calls one library function; torch and the
 rest are imported inside them, so `nmt --help` answers at once.
@@ -6,7 +7,6 @@ rest are imported inside them, so `nmt --help` answers at once.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +18,7 @@ from nmt.cli_shared import (
     BatchSizeOpt,
     BeamOpt,
     DeviceOpt,
+    FullVocabOpt,
     ModelOpt,
     PrecisionOpt,
     ProgressOpt,
@@ -30,7 +31,6 @@ from nmt.cli_shared import (
 from nmt.config import load_config
 from nmt.errors import NmtError
 from nmt.files import FileError
-from nmt.limits import RANGES, Limits
 
 if TYPE_CHECKING:
     from nmt.translate import Translation, Translator
@@ -63,6 +63,7 @@ def translate(
     batch_size: BatchSizeOpt = None,
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
+    full_vocab: FullVocabOpt = False,
     show_attention: Annotated[
         bool,
         typer.Option(
@@ -123,7 +124,7 @@ def translate(
                 raise NmtError(f"--attention-plot {attention_plot}: is also --output")
         if interactive or (not sentences and input_ is None and sys.stdin.isatty()):
             _interactive(
-                load_translator(model, device, precision),
+                load_translator(model, device, precision, full_vocab=full_vocab),
                 beam=beam,
                 nbest=nbest,
                 show_attention=show_attention,
@@ -133,7 +134,7 @@ def translate(
         lines = list(sentences) if sentences else read_lines(input_)
         if attention_plot is not None:
             check_plot_paths(attention_plot, len(lines))
-        translator = load_translator(model, device, precision)
+        translator = load_translator(model, device, precision, full_vocab=full_vocab)
         out = translator.translate(
             lines,
             beam=beam,
@@ -237,6 +238,7 @@ def eval_(
     batch_size: BatchSizeOpt = None,
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
+    full_vocab: FullVocabOpt = False,
     lowercase: Annotated[
         bool, typer.Option("--lowercase", help="Case-insensitive scores (sacrebleu -lc).")
     ] = False,
@@ -272,8 +274,8 @@ def eval_(
     with user_errors():
         import json
 
-        from nmt.evaluate import PROTOCOLS, evaluate_split, test_sets
-        from nmt.files import check_output, read_lines
+        from nmt.evaluate import PROTOCOLS, choose_test_sets, evaluate_split, read_test_set
+        from nmt.files import check_output
 
         if protocol not in PROTOCOLS:
             raise NmtError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
@@ -286,29 +288,11 @@ def eval_(
             given_files = [(p, o) for p, o in ((src, "--src"), (ref, "--ref")) if p is not None]
             check_output(output, "--output", model_inputs(model) + given_files)
         metrics = [m for m, on in (("bleu", bleu), ("chrf", chrf)) if on] or ["bleu"]
-        given: list[tuple[str, list[str], list[str]]] = []
-        if src is not None and ref is not None:  # read and checked before the model loads
-            name = src.name.split(".")[0] or src.name  # test_2016_flickr.en -> test_2016_flickr
-            given = [(name, read_lines(src), read_lines(ref))]
-            if not given[0][1]:
-                raise NmtError(f"--src {src}: empty; expected one sentence a line")
-            if len(given[0][1]) != len(given[0][2]):
-                raise NmtError(
-                    f"--src {src} has {len(given[0][1])} lines but --ref {ref} has "
-                    f"{len(given[0][2])}: they must be aligned line by line"
-                )
-        translator = load_translator(model, device, precision)
-        pair = (translator.config.data.src_lang, translator.config.data.tgt_lang)
-        if other is not None and (other.data.src_lang, other.data.tgt_lang) != pair:
-            raise NmtError(
-                f"--config {tests_of}: its test sets are {other.data.src_lang}->"
-                f"{other.data.tgt_lang}, but the model translates {pair[0]}->{pair[1]}"
-            )
-        if given:
-            sets = given
-        else:
-            cache = translator.run_dir / "data" / "hf" if translator.run_dir else None
-            sets = test_sets(other or translator.config, cache)
+        given = read_test_set(src, ref) if src is not None and ref is not None else None
+        translator = load_translator(model, device, precision, full_vocab=full_vocab)
+        sets = choose_test_sets(
+            translator.config, translator.run_dir, given=given, other=other, other_path=tests_of
+        )
         if output is not None and len(sets) > 1:
             names = ", ".join(s[0] for s in sets)
             raise NmtError(f"--output: the config has {len(sets)} test sets ({names}), one file")
@@ -337,103 +321,3 @@ def eval_(
                 f"({rate:.1f} sentences/s); hypotheses in {report.hypotheses}",
                 err=True,
             )
-
-
-def serve(
-    model: ModelOpt = None,
-    host: Annotated[
-        str, typer.Option("--host", help="Address to listen on; 0.0.0.0 opens it to the network.")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port; 0 picks a free one.")] = 8080,
-    device: DeviceOpt = "auto",
-    precision: PrecisionOpt = "fp32",
-    max_batch: Annotated[
-        int,
-        typer.Option(
-            "--max-batch",
-            help="Sentences of concurrent requests decoded together (1: one request at a time).",
-        ),
-    ] = Limits.batch_sentences,
-    batch_wait_ms: Annotated[
-        float, typer.Option("--batch-wait-ms", help="How long a request waits for others.")
-    ] = Limits.batch_wait_ms,
-    max_sentences: Annotated[
-        int, typer.Option("--max-sentences", help="Sentences in one request.")
-    ] = Limits.max_sentences,
-    max_chars: Annotated[
-        int, typer.Option("--max-chars", help="Characters in one sentence.")
-    ] = Limits.max_chars,
-    max_beam: Annotated[
-        int, typer.Option("--max-beam", help="Largest beam a request may ask for.")
-    ] = Limits.max_beam,
-    max_queue: Annotated[
-        int, typer.Option("--max-queue", help="Requests waiting to be decoded; 503 beyond.")
-    ] = Limits.max_queue,
-    max_connections: Annotated[
-        int, typer.Option("--max-connections", help="Connections open at once; 503 beyond.")
-    ] = Limits.max_connections,
-    request_timeout: Annotated[
-        float,
-        typer.Option("--request-timeout", help="Seconds a request may wait and decode; 503 after."),
-    ] = Limits.request_seconds,
-    header_timeout: Annotated[
-        float,
-        typer.Option("--header-timeout", help="Seconds for a request's headers; closed after."),
-    ] = Limits.header_seconds,
-    body_timeout: Annotated[
-        float, typer.Option("--body-timeout", help="Seconds for a request's body; 408 after.")
-    ] = Limits.body_seconds,
-    log_level: Annotated[
-        str,
-        typer.Option("--log-level", help="uvicorn's: debug, info (a line a request), warning."),
-    ] = "info",
-) -> None:
-    """Serve a model over HTTP: POST /translate, GET /health, /info, /docs, and a page at /;
-    LibreTranslate's API under /libretranslate/ for its clients.
-
-    Example: nmt serve --model runs/latest, then
-    curl -s localhost:8080/translate -d '{"text": "A dog runs."}'
-    Concurrent requests are decoded together; each gets what it would have got alone.
-    SIGTERM or Ctrl-C answers the requests under way, then exits.
-    """
-
-    with user_errors():
-        from nmt.serve import ServeOptions
-        from nmt.serve import serve as run_server
-
-        for flag, key, value in (
-            ("--max-batch", "batch_sentences", max_batch),
-            ("--batch-wait-ms", "batch_wait_ms", batch_wait_ms),
-            ("--max-sentences", "max_sentences", max_sentences),
-            ("--max-chars", "max_chars", max_chars),
-            ("--max-beam", "max_beam", max_beam),
-            ("--max-queue", "max_queue", max_queue),
-            ("--max-connections", "max_connections", max_connections),
-            ("--request-timeout", "request_seconds", request_timeout),
-            ("--header-timeout", "header_seconds", header_timeout),
-            ("--body-timeout", "body_seconds", body_timeout),
-        ):
-            least, most = RANGES[key]
-            if not math.isfinite(value) or not least <= value <= most:  # inf/nan: no answer
-                raise NmtError(f"{flag} {value}: expected a finite number from {least} to {most}")
-        if not 0 <= port <= 65535:
-            raise NmtError(f"--port {port}: expected 0 to 65535")
-        levels = ("critical", "error", "warning", "info", "debug", "trace")
-        if log_level.lower() not in levels:
-            raise NmtError(f"--log-level {log_level!r}: expected one of {', '.join(levels)}")
-        limits = Limits(
-            batch_sentences=max_batch,
-            batch_wait_ms=batch_wait_ms,
-            max_sentences=max_sentences,
-            max_chars=max_chars,
-            max_beam=max_beam,
-            max_queue=max_queue,
-            max_connections=max_connections,
-            request_seconds=request_timeout,
-            header_seconds=header_timeout,
-            body_seconds=body_timeout,
-        )
-        translator = load_translator(model, device, precision)
-        run_server(
-            translator, ServeOptions(host=host, port=port, limits=limits, log_level=log_level)
-        )

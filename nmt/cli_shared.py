@@ -64,6 +64,14 @@ PrecisionOpt = Annotated[
         "fp16 (GPU); auto (bf16 or fp16 on a GPU, bf16 on CPUs with bf16 units, else fp32).",
     ),
 ]
+FullVocabOpt = Annotated[
+    bool,
+    typer.Option(
+        "--full-vocab",
+        help="Decode over the whole target vocabulary, not the checkpoint's shortlist of the "
+        "pieces these sentences can use (slower; the output rarely differs).",
+    ),
+]
 ProgressOpt = Annotated[
     bool | None,
     typer.Option(
@@ -120,18 +128,23 @@ def load(config: Path, overrides: list[str] | None) -> Config:
         return load_config(config, overrides or [])
 
 
-def load_translator(model: list[str] | None, device: str, precision: str) -> Translator:
+def load_translator(
+    model: list[str] | None, device: str, precision: str, *, full_vocab: bool = False
+) -> Translator:
     """The model(s) `--model` names (runs/latest without one; several: an ensemble), with
     warnings (long inputs cut) as `warning:` lines on stderr."""
     from nmt.translate import Translator
 
-    return Translator.from_checkpoint(model or None, device, precision=precision, log=warn)
+    return Translator.from_checkpoint(
+        model or None, device, precision=precision, log=warn, shortlist=not full_vocab
+    )
 
 
 def model_inputs(model: list[str] | None) -> list[tuple[Path, str]]:
     """The checkpoint files `--model` names (`runs/latest`'s without one): inputs that an
     output must not replace. A name that resolves to none is left to the loading to report."""
-    from nmt.checkpoint import CheckpointError, resolve_checkpoint
+    from nmt.checkpoint import CheckpointError
+    from nmt.run_dir import resolve_checkpoint
 
     found = []
     names: list[str | None] = list(model) if model else [None]

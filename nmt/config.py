@@ -7,6 +7,9 @@ scoring functions, renamed keys, the one-corpus spelling of `data`, rules across
 here. Standard library + PyYAML only, so `nmt check-config` stays fast.
 """
 
+# long: the schema is one table, a dataclass per section and a help text per key, read
+# top to bottom; the generic checking is in nmt/typed.py.
+
 from __future__ import annotations
 
 import dataclasses
@@ -77,8 +80,10 @@ class CorpusConfig:
 
 # The keys of a corpus: the one-corpus spelling of `data` writes them directly under `data`.
 CORPUS_KEYS = tuple(f.name for f in dataclasses.fields(CorpusConfig))
-# What that spelling means when it leaves them out: Multi30k's folder and split names.
-ONE_CORPUS_DEFAULTS = {"dir": "data/multi30k", "valid": "val", "test": ["test_2016_flickr"]}
+# What that spelling means when it leaves them out: Multi30k's folder and split names (and
+# the default `corpora`, below).
+_M30K_DIR, _M30K_VALID, _M30K_TEST = "data/multi30k", "val", ("test_2016_flickr",)
+ONE_CORPUS_DEFAULTS = {"dir": _M30K_DIR, "valid": _M30K_VALID, "test": list(_M30K_TEST)}
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,7 @@ class DataConfig:
 
     root: str = _opt(".", help="the data root: one folder per corpus (NMT_DATA_DIR sets it)")
     corpora: tuple[CorpusConfig, ...] = _opt(
-        (CorpusConfig(**ONE_CORPUS_DEFAULTS | {"test": ("test_2016_flickr",)}),),
+        (CorpusConfig(dir=_M30K_DIR, valid=_M30K_VALID, test=_M30K_TEST),),
         help="the corpora, each with the corpus keys below; one corpus may be written with its "
         "keys directly under data (dir, valid and test then default to Multi30k's)",
     )

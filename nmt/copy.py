@@ -20,7 +20,7 @@ two terms meet in `logaddexp`, and a word with no copy mass gets exactly log g +
 The training loss never builds the (N, V) mixture: outside the source pieces log p(w) is
 log g + log P_vocab(w), so the cross entropy and label smoothing's Σ_w log p(w) need only
 the logits' logsumexp and sum (what plain cross entropy computes anyway) and their values at
-the target and the S source pieces of each step, with one fused backward (`_VocabTerms`).
+the target and the S source pieces of each step, with one fused backward (`nmt.loss.VocabTerms`).
 
 Shape legend: B batch, T target steps, S source length, V vocabulary, N rows (B·T or B),
 D pre-output size, Dv context size, E embedding size.
@@ -28,11 +28,10 @@ D pre-output size, Dv context size, E embedding size.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor, nn
 
+from nmt.loss import VocabTerms
 from nmt.tokenizer import PAD_ID
 
 _TINY = 1e-30  # below any copy mass that matters; keeps log() and its gradient finite
@@ -86,9 +85,9 @@ def copy_loss(
     B, T, V = logits.shape
     S = src.size(1)
     # log P_vocab at the target and at the source pieces, and Σ_w log P_vocab(w), from one
-    # pass over the (B·T, V) logits with one fused backward (`_VocabTerms`).
+    # pass over the (B·T, V) logits with one fused backward (`nmt.loss.VocabTerms`).
     ids = torch.cat([target.unsqueeze(-1), src.unsqueeze(1).expand(B, T, S)], -1)  # (B, T, 1+S)
-    lse, total, at = _VocabTerms.apply(logits.reshape(B * T, V), ids.reshape(B * T, 1 + S))
+    lse, total, at = VocabTerms.apply(logits.reshape(B * T, V), ids.reshape(B * T, 1 + S))
     lse, total, at = lse.view(B, T), total.view(B, T), at.view(B, T, 1 + S)
     lsm_y = at[..., 0] - lse  # (B, T) log P_vocab(y)
     lsm_src = at[..., 1:] - lse.unsqueeze(-1)  # (B, T, S) log P_vocab(x_i)
@@ -120,32 +119,6 @@ def copy_loss(
     sum_log_p = V * log_g + (total - V * lse) + correction  # (B, T): Σ lsm = Σ logits − V lse
     smooth = -(sum_log_p * real).sum() / V
     return (1.0 - label_smoothing) * loss + label_smoothing * smooth
-
-
-class _VocabTerms(torch.autograd.Function):
-    """What the mixture's loss reads of the vocabulary logits (N, V), in float32: their
-    logsumexp (N,), their sum (N,) and their values at K ids a row (N, K).
-
-    Why a Function: autograd through a log-softmax, a sum and two gathers writes four (N, V)
-    gradients and adds them up, about a sixth of a training step here. This backward writes
-    one, as cross entropy's own does: softmax · g_lse + g_sum, then the K ids' terms added
-    in place.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, logits: Tensor, ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        x = logits.float()
-        lse = torch.logsumexp(x, -1)  # (N,)
-        ctx.save_for_backward(logits, lse, ids)
-        return lse, x.sum(-1), x.gather(-1, ids)  # (N,), (N,), (N, K)
-
-    @staticmethod
-    def backward(ctx: Any, g_lse: Tensor, g_total: Tensor, g_at: Tensor) -> tuple[Tensor, None]:
-        logits, lse, ids = ctx.saved_tensors
-        grad = (logits.float() - lse.unsqueeze(-1)).exp_()  # (N, V) softmax
-        grad.mul_(g_lse.unsqueeze(-1)).add_(g_total.unsqueeze(-1))
-        grad.scatter_add_(-1, ids, g_at)
-        return grad.to(logits.dtype), None
 
 
 def _first_occurrence(src: Tensor, same: Tensor) -> Tensor:

@@ -168,22 +168,7 @@ def prepare(cfg: Config, *, log: Callable[[str], None] = print) -> Prepared:
         reports = [SplitReport(**r) for r in meta["splits"]]
         tokenized = [datasets.load_from_disk(str(cache_dir / f"{i}")) for i in range(len(raw))]
     else:
-        if d.invented_names:
-            for i, r in enumerate(trains):
-                _add_invented_names(r, d.invented_names, seed=i)
-        tokenized, reports = [], []
-        for i, r in enumerate(raw):
-            out, counts = _tokenize(r, tokenizer, d, fingerprint=f"{key[:48]}-{i}")
-            tokenized.append(out)
-            reports.append(counts)
-        if not sum(r.kept for r in reports if r.role == "train"):
-            first = reports[0]
-            dropped = ", ".join(f"{n} {why}" for why, n in first.dropped.items() if n)
-            raise DataError(
-                f"data: the train split '{first.name}' is empty after cleaning "
-                f"({first.total} pairs, dropped {dropped or 'none'}): check the files, "
-                "or raise data.max_len / data.max_len_ratio"
-            )
+        tokenized, reports = _tokenize_all(raw, tokenizer, d, key)
         if d.cache:
             _save_cache(cache_dir, tokenized, reports)
     splits = [Split.from_dataset(r.name, ds) for r, ds in zip(raw, tokenized, strict=True)]
@@ -226,6 +211,30 @@ def prepare(cfg: Config, *, log: Callable[[str], None] = print) -> Prepared:
         report=report,
         valid_parts=valid_parts,
     )
+
+
+def _tokenize_all(
+    raw: list[RawSplit], tokenizer: Tokenizer, d: DataConfig, key: str
+) -> tuple[list[datasets.Dataset], list[SplitReport]]:
+    """Every split tokenized and cleaned (train splits with their invented names first);
+    refuses a training set that cleaning emptied."""
+    if d.invented_names:
+        for i, r in enumerate(r for r in raw if r.role == "train"):
+            _add_invented_names(r, d.invented_names, seed=i)
+    tokenized, reports = [], []
+    for i, r in enumerate(raw):
+        out, counts = _tokenize(r, tokenizer, d, fingerprint=f"{key[:48]}-{i}")
+        tokenized.append(out)
+        reports.append(counts)
+    if not sum(r.kept for r in reports if r.role == "train"):
+        first = reports[0]
+        dropped = ", ".join(f"{n} {why}" for why, n in first.dropped.items() if n)
+        raise DataError(
+            f"data: the train split '{first.name}' is empty after cleaning "
+            f"({first.total} pairs, dropped {dropped or 'none'}): check the files, "
+            "or raise data.max_len / data.max_len_ratio"
+        )
+    return tokenized, reports
 
 
 def _add_invented_names(raw: RawSplit, copies: float, *, seed: int) -> None:

@@ -35,10 +35,14 @@ class Encoded:
     final: Tensor  # (Ld, B, Hd) the decoder's initial hidden state: bridged, or zeros
     final_cell: Tensor | None = None  # (Ld, B, Hd) the same for the LSTM cell state
     src: Tensor | None = None  # (B, S) the source ids: what copy attention copies
+    # the batch's output layer cut to its shortlist (`nmt.shortlist`); None: every piece
+    vocab: Any = None
 
     def select(self, index: Tensor) -> Encoded:
-        """The sentences at `index` (B',), in that order, repeats allowed: beam search's view."""
+        """The sentences at `index` (B',), in that order, repeats allowed: beam search's view
+        (the shortlist is the whole batch's and stays)."""
         return Encoded(
+            vocab=self.vocab,
             src=None if self.src is None else self.src.index_select(0, index),
             states=self.states.index_select(0, index),
             keys=self.keys.index_select(0, index),

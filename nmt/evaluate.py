@@ -123,7 +123,50 @@ def chrf(hyps: Sequence[str], refs: Sequence[str], *, lowercase: bool = False) -
 # --------------------------------------------------------------------------- the eval run
 
 
-def test_sets(config: Config, cache_dir: Path | None) -> list[tuple[str, list[str], list[str]]]:
+TestSet = tuple[str, list[str], list[str]]  # (name, sources, references)
+
+
+def read_test_set(src: Path, ref: Path) -> TestSet:
+    """`nmt eval --src --ref`'s files (named by their flags in its messages), named after
+    the source (test_2016_flickr.en -> test_2016_flickr); read and checked before any model
+    loads."""
+    from nmt.files import read_lines
+
+    name = src.name.split(".")[0] or src.name
+    sources, references = read_lines(src), read_lines(ref)
+    if not sources:
+        raise NmtError(f"--src {src}: empty; expected one sentence a line")
+    if len(sources) != len(references):
+        raise NmtError(
+            f"--src {src} has {len(sources)} lines but --ref {ref} has {len(references)}: "
+            "they must be aligned line by line"
+        )
+    return name, sources, references
+
+
+def choose_test_sets(
+    model_config: Config,
+    run_dir: Path | None,
+    *,
+    given: TestSet | None = None,
+    other: Config | None = None,
+    other_path: Path | None = None,
+) -> list[TestSet]:
+    """What `nmt eval` scores: the files given, else another config's test splits (which must
+    be in the model's language pair), else the run's own, read from its cache."""
+    if given is not None:
+        return [given]
+    pair = (model_config.data.src_lang, model_config.data.tgt_lang)
+    if other is not None and (other.data.src_lang, other.data.tgt_lang) != pair:
+        raise NmtError(
+            f"{other_path}: its test sets are {other.data.src_lang}->"
+            f"{other.data.tgt_lang}, but the model translates {pair[0]}->{pair[1]}"
+        )
+    cache = run_dir / "data" / "hf" if run_dir else None
+    return test_sets(other or model_config, cache)
+
+
+def test_sets(config: Config, cache_dir: Path | None) -> list[TestSet]:
     """The config's test split(s) as (name, sources, references), read as training read them
     (lowercased when data.lowercase). `NMT_DATA_DIR` overrides data.root, as for training."""
     from nmt.config import apply_data_dir_env, config_from_dict

@@ -12,6 +12,9 @@ Shape legend: B batch, S source length, T target length, E embedding size, He en
 size per direction, Hd decoder hidden size, L layers, V vocabulary, D pre-output size.
 """
 
+# long: the model's parts (encoder, bridge, output layer) and the model that joins them;
+# the decoders, attention and copy attention are modules of their own.
+
 from __future__ import annotations
 
 import contextlib
@@ -19,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -35,6 +39,7 @@ from nmt.decoder import (
     run_rnn,
     split_rnn_state,
 )
+from nmt.shortlist import Restricted, Shortlist
 
 
 class Encoder(nn.Module):
@@ -139,12 +144,19 @@ class Generator(nn.Module):
         if tie_to is not None:
             self.out.weight = tie_to.weight
 
-    def forward(self, x: Tensor) -> Tensor:
-        """(B, [T,] D) -> logits (B, [T,] V)."""
+    def forward(self, x: Tensor, vocab: Restricted | None = None) -> Tensor:
+        """(B, [T,] D) -> logits (B, [T,] V); with `vocab`, the logits of its L columns only
+        (B, [T,] L), in the order of `vocab.columns`."""
         x = self.dropout(x)
         if self.proj is not None:
             x = self.proj(x)  # (B, [T,] E)
-        return self.out(x)
+        if vocab is None:
+            return self.out(x)
+        return F.linear(x, vocab.weight, vocab.bias)  # (B, [T,] L)
+
+    def restrict(self, columns: Tensor) -> Restricted:
+        """The output layer cut to `columns` (L,) int64 target ids, for a batch's decoding."""
+        return Restricted(columns, self.out.weight[columns], self.out.bias[columns])
 
 
 @dataclass
@@ -193,6 +205,9 @@ class Seq2Seq(nn.Module):
         self.src_vocab_size = src_embed.num_embeddings
         self.tgt_vocab_size = tgt_embed.num_embeddings
         self._dec_shape = (decoder.rnn.num_layers, decoder.rnn.hidden_size)
+        # A vocabulary shortlist (`nmt.shortlist`) decoding restricts the output layer to;
+        # set by `Translator` from the checkpoint, never while training.
+        self.shortlist: Shortlist | None = None
 
     def encode(self, src: Tensor, src_lens: Tensor) -> Encoded:
         """src (B, S) int64 ending in EOS, src_lens (B,) int64 on the CPU -> Encoded."""
@@ -208,7 +223,12 @@ class Seq2Seq(nn.Module):
             h0 = states.new_zeros(layers, src.size(0), hidden)  # (Ld, B, Hd)
             c0 = None if final_cell is None else torch.zeros_like(h0)
         keys = self.decoder.attention.project_keys(states)  # (B, S, Dp)
-        return Encoded(states=states, keys=keys, mask=mask, final=h0, final_cell=c0, src=src)
+        vocab = None
+        if self.shortlist is not None and not self.training:  # decoding: a batch's columns
+            vocab = self.generator.restrict(self.shortlist.columns(src))
+        return Encoded(
+            states=states, keys=keys, mask=mask, final=h0, final_cell=c0, src=src, vocab=vocab
+        )
 
     def init_state(self, enc: Encoded) -> DecoderState:
         return self.decoder.init_state(enc)
@@ -220,15 +240,17 @@ class Seq2Seq(nn.Module):
 
         With copy attention the "logits" are the mixture's log-probabilities (float32): the
         searches normalise what they get, and log-probabilities are their own normalisation.
+        With a shortlist (`enc.vocab`) they cover its L columns only: (B, L).
         """
         emb = self.dropout(self.tgt_embed(prev))  # (B, E)
         pre, state, weights = self.decoder.step(emb, state, enc)
-        logits = self.generator(pre)  # (B, V)
+        logits = self.generator(pre, enc.vocab)  # (B, V)
         if self.copy_gate is None:
             return logits, state, weights
         assert enc.src is not None
         gate = self.copy_gate(pre, weighted_sum(weights, enc.states), emb)  # (B,)
-        return mixture_log_probs(logits, gate, weights, enc.src), state, weights
+        src = enc.src if enc.vocab is None else enc.vocab.positions(enc.src)  # (B, S)
+        return mixture_log_probs(logits, gate, weights, src), state, weights
 
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Output:
         """Teacher forcing: src (B, S) int64, src_lens (B,) int64 CPU, tgt_in (B, T) int64

@@ -1,9 +1,11 @@
-"""What a training run reports: metrics.jsonl, TensorBoard, and the progress display."""
+"""What a training run reports: metrics.jsonl, TensorBoard, the progress display, and the
+device-side sums between two log lines (`Stats`)."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import torch
 
 from nmt.config import Config
 from nmt.files import atomic_write
+from nmt.run_dir import METRICS_NAME
 
 Log = Callable[[str], None]  # where progress lines go: print, typer.echo, a list's append
 
@@ -37,7 +40,7 @@ class Reporter:
         self.progress = None
         if not enabled:
             return
-        path = cfg.run_dir / "metrics.jsonl"
+        path = cfg.run_dir / METRICS_NAME
         _drop_rows_after(path, start_step)
         self.metrics = path.open("a", encoding="utf-8")
         if cfg.run.tensorboard:
@@ -125,3 +128,79 @@ def _drop_rows_after(path: Path, step: int) -> None:
     if len(kept) == len(lines):
         return
     atomic_write(path, "".join(kept).encode("utf-8"))
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+_READ = ("loss", "grad_norm", "skips", "most_skips")  # the device sums a log step reads
+
+
+class Stats:
+    """Running sums between two log lines, kept on the device (no sync per step) and read
+    to the host in one copy (`read`) at log steps."""
+
+    def __init__(self, device: torch.device) -> None:
+        zero = torch.zeros((), device=device)
+        self.loss = zero.clone()
+        self.grad_norm = zero.clone()
+        self.skips = zero.clone()  # updates skipped since the last read
+        self.run_of_skips = zero.clone()  # ... in a row, up to now
+        self.most_skips = zero.clone()  # longest such run since the last read
+        self.host = dict.fromkeys(_READ, 0.0)  # what `read` brought over, until used
+        self.tokens = 0
+        self.updates = 0
+        self.unread = False
+        self.started = self.began = time.perf_counter()
+
+    def add(self, loss: torch.Tensor, grad_norm: torch.Tensor, tokens: int) -> None:
+        # A non-finite norm is exactly an update the GradScaler skipped.
+        finite = torch.isfinite(grad_norm)
+        self.loss += torch.where(torch.isfinite(loss), loss, 0.0)
+        self.grad_norm += torch.where(finite, grad_norm, 0.0)
+        self.skips += ~finite
+        self.run_of_skips = (self.run_of_skips + 1) * ~finite
+        torch.maximum(self.most_skips, self.run_of_skips, out=self.most_skips)
+        self.tokens += tokens
+        self.updates += 1
+        self.unread = True
+
+    def read(self) -> None:
+        """Add the device sums to `host` in one device-to-host copy (the log step's one sync)
+        and zero them; nothing to do when no update came since the last read."""
+        if not self.unread:
+            return
+        sums = [getattr(self, name) for name in _READ]
+        for name, value in zip(_READ, torch.stack(sums).tolist(), strict=True):
+            self.host[name] = (
+                max(self.host[name], value) if name == "most_skips" else (self.host[name] + value)
+            )
+        for t in sums:
+            t.zero_()
+        self.unread = False
+
+    def flush(self, *, step: int, epoch: int, lr: float, skipped: int) -> dict[str, Any]:
+        """Read the device-side sums (the one sync) into a metrics row and reset them;
+        `epoch` is the one the last update's batches came from, `skipped` the run's count
+        of updates skipped for inf/NaN gradients."""
+        now = time.perf_counter()
+        elapsed = now - self.started
+        # minutes: wall time since this process began training (learning curves against time)
+        row: dict[str, Any] = {
+            "step": step,
+            "epoch": epoch,
+            "lr": lr,
+            "minutes": (now - self.began) / 60,
+        }
+        self.read()
+        if self.updates:  # none when a resumed run validates before its first update
+            row["loss"] = self.host["loss"] / max(self.tokens, 1)
+            row["tokens_per_s"] = self.tokens / elapsed if elapsed > 0 else 0.0
+            row["grad_norm"] = self.host["grad_norm"] / self.updates
+        if skipped:
+            row["skipped_steps"] = skipped
+        self.host["loss"] = self.host["grad_norm"] = 0.0
+        self.tokens = 0
+        self.updates = 0
+        self.started = time.perf_counter()
+        return row

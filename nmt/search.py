@@ -26,6 +26,9 @@ V target vocabulary, W candidates kept per beam (2K, or V if smaller), C candida
 sentence (2K), t tokens decoded so far.
 """
 
+# long: greedy and beam search share the conventions above and their helpers; apart, a
+# reader would look in two files for one contract.
+
 from __future__ import annotations
 
 import math
@@ -108,22 +111,42 @@ def max_lengths(src_lens: Tensor, *, max_len_ratio: float, max_len_const: int) -
     return limits.clamp(min=1)
 
 
-def _top_log_probs(logits: Tensor, k: int, t: int, min_len: int) -> tuple[Tensor, Tensor]:
-    """The k most probable allowed tokens of each row of step t's (N, V) logits: their
-    float32 log-probabilities (N, k) and ids (N, k), best first.
+@dataclass(frozen=True)
+class _Columns:
+    """What a step's scores cover: the whole vocabulary (`ids` None), or a shortlist's
+    sorted target ids (L,), where PAD and BOS never are, and EOS's position among them."""
+
+    ids: Tensor | None = None
+    eos: int = EOS_ID
+
+    @classmethod
+    def of(cls, enc: Any) -> _Columns:
+        vocab = getattr(enc, "vocab", None)  # a shortlist (nmt.shortlist), or none
+        if vocab is None:
+            return cls()
+        return cls(vocab.columns, int(torch.searchsorted(vocab.columns, EOS_ID)))  # one sync
+
+
+def _top_log_probs(
+    logits: Tensor, k: int, t: int, min_len: int, cols: _Columns
+) -> tuple[Tensor, Tensor]:
+    """The k most probable allowed tokens of each row of step t's (N, V) logits (or (N, L)
+    over a shortlist's columns): their float32 log-probabilities (N, k) and target ids
+    (N, k), best first.
 
     Taking the top k of the logits and then normalising skips writing a full (N, V)
     log-softmax. The logits are overwritten (forbidden tokens set to -inf): nothing else
     reads them.
     """
     logits = logits.float()
-    norm = logits.logsumexp(dim=-1, keepdim=True)  # (N, 1) over the whole vocabulary
-    logits[:, PAD_ID] = -math.inf
-    logits[:, BOS_ID] = -math.inf
+    norm = logits.logsumexp(dim=-1, keepdim=True)  # (N, 1) over what the scores cover
+    if cols.ids is None:  # a shortlist never holds PAD or BOS
+        logits[:, PAD_ID] = -math.inf
+        logits[:, BOS_ID] = -math.inf
     if t < min_len:
-        logits[:, EOS_ID] = -math.inf
+        logits[:, cols.eos] = -math.inf
     top, ids = logits.topk(min(k, logits.size(1)), dim=-1)  # (N, k)
-    return top - norm, ids
+    return top - norm, ids if cols.ids is None else cols.ids[ids]
 
 
 def _to(index: Tensor, device: torch.device) -> Tensor:
@@ -209,6 +232,7 @@ def greedy(
         device = src.device
         B, S = src.shape
         enc = model.encode(src, src_lens)
+        cols = _Columns.of(enc)
         state = model.init_state(enc)
         limits = max_lengths(src_lens, max_len_ratio=max_len_ratio, max_len_const=max_len_const)
         alive = torch.arange(B)  # (Ba,) CPU: which sentence each row decodes
@@ -220,7 +244,7 @@ def greedy(
         t = 0
         while alive.numel():
             logits, state, attn = model.step(prev, state, enc)  # (Ba, V), _, (Ba, S)
-            best_lp, best = (x.squeeze(1) for x in _top_log_probs(logits, 1, t, min_len))
+            best_lp, best = (x.squeeze(1) for x in _top_log_probs(logits, 1, t, min_len, cols))
             logprob = logprob + best_lp
             tokens = torch.cat([tokens, best.unsqueeze(1)], dim=1)  # (Ba, t+1)
             attn_hist = torch.cat([attn_hist, attn.float().unsqueeze(1)], dim=1)  # (Ba, t+1, S)
@@ -255,6 +279,51 @@ def greedy(
     return _collect(ended, src_lens, nbest=1, length_penalty="none", alpha=0.0)
 
 
+def _ended_by_eos(
+    eos: Tensor,
+    alive: Tensor,
+    rows: Tensor,
+    top: Tensor,
+    tokens: Tensor,
+    hist: Tensor,
+    attn: Tensor,
+) -> _Ended:
+    """The hypotheses that EOS ends this step: `eos` (Ba, K) CPU bool, which of each
+    sentence's K best candidates are EOS; `rows` and `top` (Ba, C), the rows they extend
+    and their log-probabilities; `tokens` (Ba*K, t) and `hist` (Ba*K, t, S) before the
+    step; `attn` (Ba*K, S) the step's attention."""
+    K = eos.size(1)
+    b, k = eos.nonzero(as_tuple=True)
+    flat = _to(b * K + k, tokens.device)  # (n,) one copy to the device
+    r = rows[:, :K].reshape(-1)[flat]  # (n,) the beams EOS extends
+    eos_col = torch.full((r.numel(), 1), EOS_ID, dtype=torch.long, device=tokens.device)
+    return _Ended(
+        sentence=alive[b],
+        tokens=torch.cat([tokens[r], eos_col], dim=1),  # (n, t+1)
+        attention=torch.cat([hist[r], attn[r].unsqueeze(1)], dim=1),  # (n, t+1, S)
+        eos=True,
+        logprob=top[:, :K].reshape(-1)[flat],  # (n,)
+    )
+
+
+def _ended_at_limit(
+    at_limit: Tensor, alive: Tensor, tokens: Tensor, hist: Tensor, scores: Tensor
+) -> _Ended:
+    """The live hypotheses of the sentences that reach their length limit this step, kept as
+    unfinished candidates: `at_limit` (Ba,) CPU bool; `tokens` (Ba*K, t+1), `hist`
+    (Ba*K, t+1, S) and `scores` (Ba, K) after the step."""
+    K = scores.size(1)
+    b = at_limit.nonzero().squeeze(1)
+    r = _to((b.unsqueeze(1) * K + torch.arange(K)).view(-1), tokens.device)  # (n*K,)
+    return _Ended(
+        sentence=alive[b].repeat_interleave(K),
+        tokens=tokens[r],
+        attention=hist[r],
+        eos=False,
+        logprob=scores.view(-1)[r],
+    )
+
+
 def beam_search(
     model: Decodable,
     src: Tensor,
@@ -268,6 +337,7 @@ def beam_search(
     max_len_const: int,
     min_len: int,
 ) -> SearchResult:
+    # long: one step loop: expand, pick the K best, set aside what ended, shrink the batch.
     """Decode a batch keeping the `beam` most probable hypotheses of each sentence.
 
     src (B, S) int64 source ids ending in EOS, padded with PAD; src_lens (B,) int64.
@@ -288,6 +358,7 @@ def beam_search(
         device = src.device
         B, S = src.shape
         enc = model.encode(src, src_lens)
+        cols = _Columns.of(enc)
         expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
         state = model.init_state(enc).select(expand)
         enc = enc.select(expand)
@@ -306,7 +377,7 @@ def beam_search(
             Ba = alive.numel()
             logits, state, attn = model.step(prev, state, enc)  # (Ba*K, V), _, (Ba*K, S)
             # The 2K best extensions of a sentence are among the 2K best of each of its beams.
-            row_lp, row_ids = _top_log_probs(logits, 2 * K, t, min_len)  # (Ba*K, W) W <= 2K
+            row_lp, row_ids = _top_log_probs(logits, 2 * K, t, min_len, cols)  # (Ba*K, W)
             W = row_lp.size(1)
             cand = (scores.view(-1, 1) + row_lp).view(Ba, K * W)  # (Ba, K*W)
             C = min(2 * K, K * W)
@@ -330,33 +401,11 @@ def beam_search(
             eos_top = is_eos[:, :K] & top[:, :K].isfinite()  # (Ba, K)
             eos_cpu = eos_top.cpu()  # the step's one host sync
             if eos_cpu.any():
-                b, k = eos_cpu.nonzero(as_tuple=True)
-                flat = _to(b * K + k, device)  # (n,) one copy to the device
-                r = rows[:, :K].reshape(-1)[flat]  # (n,) the beams EOS extends
-                eos_col = torch.full((r.numel(), 1), EOS_ID, dtype=torch.long, device=device)
-                ended.append(
-                    _Ended(
-                        sentence=alive[b],
-                        tokens=torch.cat([tokens[r], eos_col], dim=1),
-                        attention=torch.cat([attn_hist[r], attn[r].unsqueeze(1)], dim=1),
-                        eos=True,
-                        logprob=top[:, :K].reshape(-1)[flat],
-                    )
-                )
+                ended.append(_ended_by_eos(eos_cpu, alive, rows, top, tokens, attn_hist, attn))
                 n_ended[alive] += eos_cpu.sum(dim=1)
             at_limit = t + 1 >= limits[alive]  # (Ba,)
             if at_limit.any():
-                b = at_limit.nonzero().squeeze(1)
-                r = _to((b.unsqueeze(1) * K + torch.arange(K)).view(-1), device)
-                ended.append(
-                    _Ended(
-                        sentence=alive[b].repeat_interleave(K),
-                        tokens=tokens_next[r],
-                        attention=attn_next[r],
-                        eos=False,
-                        logprob=scores.view(-1)[r],
-                    )
-                )
+                ended.append(_ended_at_limit(at_limit, alive, tokens_next, attn_next, scores))
             done = at_limit | (n_ended[alive] >= K)  # (Ba,)
             keep = (~done).nonzero().squeeze(1)
             if not keep.numel():
@@ -389,15 +438,29 @@ def decode(
     beam search would give them (`normalise`), so that the two compare. Translator,
     validation and the scripts decode through here."""
     beam = settings.beam if beam is None else beam
-    limits = {
-        "max_len_ratio": settings.max_len_ratio,
-        "max_len_const": settings.max_len_const,
-        "min_len": settings.min_len,
-    }
-    penalty = {"length_penalty": settings.length_penalty, "alpha": settings.alpha}
+    s = settings
     if beam > 1:
-        return beam_search(model, src, src_lens, beam=beam, nbest=nbest, **penalty, **limits)
-    result = greedy(model, src, src_lens, **limits)
+        return beam_search(
+            model,
+            src,
+            src_lens,
+            beam=beam,
+            nbest=nbest,
+            length_penalty=s.length_penalty,
+            alpha=s.alpha,
+            max_len_ratio=s.max_len_ratio,
+            max_len_const=s.max_len_const,
+            min_len=s.min_len,
+        )
+    result = greedy(
+        model,
+        src,
+        src_lens,
+        max_len_ratio=s.max_len_ratio,
+        max_len_const=s.max_len_const,
+        min_len=s.min_len,
+    )
     for (h,) in result.hypotheses:
-        h.score = normalise(h.logprob, len(h.tokens) + (1 if h.finished else 0), **penalty)
+        length = len(h.tokens) + (1 if h.finished else 0)
+        h.score = normalise(h.logprob, length, length_penalty=s.length_penalty, alpha=s.alpha)
     return result

@@ -13,14 +13,13 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from nmt.batching import Batch
 from nmt.copy import copy_loss
+from nmt.loss import cross_entropy
 from nmt.model import Output
 from nmt.runtime import Precision, autocast
-from nmt.tokenizer import PAD_ID
 
 
 def token_loss(out: Output, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
@@ -33,13 +32,7 @@ def token_loss(out: Output, target: torch.Tensor, label_smoothing: float) -> tor
     """
     if out.gate is not None:
         return copy_loss(out.logits, out.gate, out.attention, out.src, target, label_smoothing)
-    return F.cross_entropy(
-        out.logits.float().flatten(0, 1),  # (B*T, V)
-        target.flatten(),
-        ignore_index=PAD_ID,
-        label_smoothing=label_smoothing,
-        reduction="sum",
-    )
+    return cross_entropy(out.logits.flatten(0, 1), target.flatten(), label_smoothing)
 
 
 def make_scaler(device: torch.device, precision: Precision) -> torch.amp.GradScaler:

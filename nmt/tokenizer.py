@@ -160,14 +160,36 @@ class Tokenizer:
         """The subword strings `encode_src` gives for one sentence (no EOS), for display."""
         return self._src.encode(sentence, out_type=str)
 
-    def src_surfaces(self, sentence: str) -> list[str]:
-        """The text each source piece covers, in order (an unknown piece: the characters it
-        stands for, e.g. an emoji), for copying into a translation."""
-        return [p.surface for p in self._src.encode(sentence, return_type="proto").pieces]
+    def encode_src_pieces(self, sentences: list[str]) -> list[SourcePieces]:
+        """Each sentence's ids, pieces and surfaces from one sentencepiece call (what
+        `encode_src` and `src_pieces` give, and the text each piece covers)."""
+        return [
+            SourcePieces(
+                ids=[p.id for p in found.pieces],
+                pieces=[p.piece for p in found.pieces],
+                surfaces=[p.surface for p in found.pieces],
+            )
+            for found in self._src.encode(list(sentences), return_type="proto")
+        ]
 
     def tgt_pieces(self, ids: list[int]) -> list[str]:
         """The subword string of each target id (specials shown as <pad>, <s>, </s>)."""
         return [self._tgt.id_to_piece(int(i)) for i in ids]
+
+
+@dataclasses.dataclass(frozen=True)
+class SourcePieces:
+    """A source sentence tokenized: its ids (no EOS), piece strings (for display) and the
+    text each piece covers (an unknown piece: the characters it stands for, e.g. an emoji,
+    for copying into a translation)."""
+
+    ids: list[int]
+    pieces: list[str]
+    surfaces: list[str]
+
+    def cut(self, n: int) -> SourcePieces:
+        """The first `n` pieces."""
+        return SourcePieces(self.ids[:n], self.pieces[:n], self.surfaces[:n])
 
 
 def train_or_load(

@@ -19,7 +19,9 @@ from nmt.config import Config, config_from_dict
 from nmt.errors import NmtError
 from nmt.model import Seq2Seq, build_model
 from nmt.optim import Schedule, build_optimizer
+from nmt.run_dir import LAST_NAME
 from nmt.runtime import Precision
+from nmt.shortlist import Shortlist
 from nmt.step import make_scaler
 from nmt.tokenizer import Tokenizer
 
@@ -49,6 +51,7 @@ class TrainState:
     pos: Position
     device: torch.device
     precision: Precision
+    shortlist: Shortlist | None = None  # decoding's (`nmt.shortlist`), built from the data
 
     @classmethod
     def build(
@@ -93,6 +96,7 @@ class TrainState:
             "position": self.pos.__dict__.copy(),
             "rng": _rng_state(self.device),
             "precision": self.precision,
+            **({"shortlist": self.shortlist.to_state()} if self.shortlist else {}),
         }
 
     def restore(self, saved: dict[str, Any]) -> None:
@@ -143,7 +147,7 @@ def check_resumable(cfg: Config, saved: dict[str, Any], run_dir: Path) -> None:
     missing = [k for k in RESUME_KEYS if k not in saved]
     if missing:
         raise NmtError(
-            f"{run_dir / 'last.pt'}: cannot resume: it holds no {', '.join(missing)} (weights "
+            f"{run_dir / LAST_NAME}: cannot resume: it holds no {', '.join(missing)} (weights "
             "only, as `nmt average` writes); use another run.dir or --overwrite"
         )
     old = config_from_dict(saved["config"])

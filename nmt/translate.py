@@ -10,6 +10,7 @@ invisible in the output.
 
 from __future__ import annotations
 
+import typing
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,9 +26,11 @@ from nmt.checkpoint import load_for_inference
 from nmt.config import Config
 from nmt.ensemble import Ensemble, check_compatible
 from nmt.model import Seq2Seq
+from nmt.run_dir import resolve_checkpoint
 from nmt.runtime import Precision, autocast
 from nmt.search import Decodable, Hypothesis, check_decode_args, decode
-from nmt.tokenizer import EOS_PIECE, UNK_ID, UNK_MARK
+from nmt.text import clean_input, fill_unknowns
+from nmt.tokenizer import EOS_PIECE, UNK_ID, SourcePieces
 
 if TYPE_CHECKING:
     from nmt.tokenizer import Tokenizer
@@ -35,6 +38,17 @@ if TYPE_CHECKING:
 
 def _warn(message: str) -> None:
     warnings.warn(message, stacklevel=3)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A sentence made ready to decode (`Translator.prepare`): cleaned and tokenized once."""
+
+    sentence: str  # the input as given
+    text: str  # what the model reads of it (`nmt.text.clean_input`)
+    shouted: bool  # written in capitals: read in sentence case, answered in capitals
+    pieces: SourcePieces  # cut to data.max_len
+    truncated: bool  # it was longer than data.max_len
 
 
 @dataclass
@@ -88,6 +102,7 @@ class Translator:
         *,
         precision: str = "fp32",
         log: Callable[[str], None] = _warn,
+        shortlist: bool = True,
     ) -> Translator:
         """Load a checkpoint file, a run directory (averaged.pt, else best.pt, else last.pt),
         or with nothing given the most recently trained run (`runs/latest`). A list of
@@ -95,7 +110,9 @@ class Translator:
         settings and length limits are the first one's.
 
         `precision` bf16 runs the model under autocast (scores differ slightly). `log` receives
-        warnings (long inputs cut); by default they are Python warnings.
+        warnings (long inputs cut); by default they are Python warnings. `shortlist=False`
+        decodes over the whole vocabulary even where the checkpoint has a shortlist
+        (`nmt.shortlist`).
         """
         dev = runtime.resolve_device(device, setting="--device")
         prec = runtime.resolve_precision(precision, dev, setting="--precision")
@@ -105,7 +122,10 @@ class Translator:
             paths = [path_or_run_dir]
         else:
             paths = list(path_or_run_dir) or [None]
-        loaded = [load_for_inference(p, dev) for p in paths]
+        loaded = [load_for_inference(resolve_checkpoint(p), dev) for p in paths]
+        if not shortlist or len(loaded) > 1:  # an ensemble's members would differ in columns
+            for x in loaded:
+                x.model.shortlist = None
         first = loaded[0]
         model: Decodable = first.model
         if len(loaded) > 1:
@@ -125,9 +145,28 @@ class Translator:
     def run_dir(self) -> Path | None:
         return None if self.path is None else self.path.parent
 
+    def prepare(self, sentences: Sequence[str]) -> list[Source]:
+        """The sentences as the model reads them, each cleaned (`nmt.text.clean_input`) and
+        tokenized once, cut to `data.max_len` pieces (said through `log`)."""
+        cleaned = [clean_input(s, lowercase=self.config.data.lowercase) for s in sentences]
+        encoded = self.tokenizer.encode_src_pieces([t for t, _ in cleaned]) if cleaned else []
+        max_len = self.config.data.max_len
+        out = [
+            Source(sentence, text, shouted, pieces.cut(max_len), len(pieces.ids) > max_len)
+            for sentence, (text, shouted), pieces in zip(sentences, cleaned, encoded, strict=True)
+        ]
+        where = [str(i + 1) for i, s in enumerate(out) if s.truncated]
+        if where:
+            self.log(
+                f"{len(where)} input(s) longer than the model's {max_len} subword tokens "
+                f"(data.max_len) were cut to it: line(s) {', '.join(where[:10])}"
+                + (" ..." if len(where) > 10 else "")
+            )
+        return out
+
     def translate(
         self,
-        sentences: Sequence[str],
+        sentences: Sequence[str] | Sequence[Source],
         *,
         beam: int | None = None,
         nbest: int = 1,
@@ -135,73 +174,32 @@ class Translator:
         progress: bool = False,
         with_copy_shares: bool = True,
     ) -> list[Translation]:
-        """Translate `sentences`, in order. beam 1 is greedy search; `beam` and `batch_size`
-        default to the checkpoint's decode settings. `progress` draws a bar on stderr.
-        `with_copy_shares=False` skips a copy model's `Translation.copied` (one teacher-forced
-        pass a batch) where nobody shows it."""
+        """Translate `sentences` (or the `Source`s `prepare` made of them), in order. beam 1
+        is greedy search; `beam` and `batch_size` default to the checkpoint's decode
+        settings. `progress` draws a bar on stderr. `with_copy_shares=False` skips a copy
+        model's `Translation.copied` (one teacher-forced pass a batch) where nobody shows
+        it."""
         dc = self.config.decode
         beam = dc.beam if beam is None else beam
         batch_size = dc.batch_size if batch_size is None else batch_size
         check_decode_args(beam=beam, nbest=nbest, batch_size=batch_size)
-
-        cleaned = [self._clean(s) for s in sentences]
-        texts = [t for t, _ in cleaned]
-        ids = self.tokenizer.encode_src(texts) if texts else []
-        max_len = self.config.data.max_len
-        truncated = [len(row) > max_len for row in ids]
-        if any(truncated):
-            where = [str(i + 1) for i, t in enumerate(truncated) if t]
-            self.log(
-                f"{len(where)} input(s) longer than the model's {max_len} subword tokens "
-                f"(data.max_len) were cut to it: line(s) {', '.join(where[:10])}"
-                + (" ..." if len(where) > 10 else "")
-            )
-        ids = [row[:max_len] for row in ids]
-        todo = [i for i, row in enumerate(ids) if row]  # empty inputs give empty outputs
-        todo.sort(key=lambda i: len(ids[i]), reverse=True)
+        if all(isinstance(s, Source) for s in sentences):
+            ready = typing.cast(list[Source], list(sentences))
+        else:
+            ready = self.prepare([str(s) for s in sentences])
+        todo = [i for i, s in enumerate(ready) if s.pieces.ids]  # empty inputs: empty outputs
+        todo.sort(key=lambda i: len(ready[i].pieces.ids), reverse=True)
         batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
-
-        out: list[Translation | None] = [None] * len(texts)
+        out = [_empty(s.sentence) for s in ready]
         for rows in _progress(batches, enabled=progress, total=len(todo)):
             hyps, copied = self._search(
-                [ids[r] for r in rows], beam=beam, nbest=nbest, shares=with_copy_shares
+                [ready[r].pieces.ids for r in rows], beam=beam, nbest=nbest, shares=with_copy_shares
             )
             for i, (r, sentence_hyps) in enumerate(zip(rows, hyps, strict=True)):
                 out[r] = self._translation(
-                    sentences[r],
-                    texts[r],
-                    sentence_hyps,
-                    truncated=truncated[r],
-                    shouted=cleaned[r][1],
-                    copied=None if copied is None else copied[i],
+                    ready[r], sentence_hyps, copied=None if copied is None else copied[i]
                 )
-        for i, t in enumerate(out):
-            if t is None:
-                out[i] = Translation(
-                    source=sentences[i],
-                    text="",
-                    score=0.0,
-                    tokens=[],
-                    src_tokens=[],
-                    attention=torch.zeros(0, 0),
-                    finished=False,
-                    nbest=[("", 0.0)],
-                )
-        return [t for t in out if t is not None]
-
-    def _clean(self, sentence: str) -> tuple[str, bool]:
-        """What the model was trained on: stripped, lowercased when data.lowercase; and
-        whether the input is written in capitals (then read in sentence case, answered in
-        capitals: corpora hold almost no all-capitals text, so a model reads it badly)."""
-        text = " ".join(sentence.split())
-        if self.config.data.lowercase:
-            return text.lower(), False
-        letters = [c for c in text if c.isalpha() and c.upper() != c.lower()]
-        if len(letters) >= 2 and all(c.isupper() for c in letters):
-            lowered = text.lower()
-            first = next(i for i, c in enumerate(lowered) if c.isalpha())
-            return lowered[:first] + lowered[first].upper() + lowered[first + 1 :], True
-        return text, False
+        return out
 
     def _search(
         self, rows: list[list[int]], *, beam: int, nbest: int, shares: bool = True
@@ -222,58 +220,52 @@ class Translator:
         return [hyps[b] for b in order], None if copied is None else [copied[b] for b in order]
 
     def _translation(
-        self,
-        source: str,
-        text: str,
-        hyps: list[Hypothesis],
-        *,
-        truncated: bool,
-        shouted: bool,
-        copied: list[float] | None,
+        self, source: Source, hyps: list[Hypothesis], *, copied: list[float] | None
     ) -> Translation:
-        tok = self.tokenizer
-        texts = tok.decode_tgt([h.tokens for h in hyps])
-        if any(UNK_ID in h.tokens for h in hyps):
-            surfaces = tok.src_surfaces(text)[: self.config.data.max_len]
-            texts = [
-                self._copy_unknowns(h, t, surfaces) if UNK_ID in h.tokens else t
-                for t, h in zip(texts, hyps, strict=True)
-            ]
-        if shouted:
+        texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+        surfaces = source.pieces.surfaces
+        texts = [
+            fill_unknowns(t, _unknown_sources(h, len(surfaces)), surfaces)
+            if UNK_ID in h.tokens
+            else t
+            for t, h in zip(texts, hyps, strict=True)
+        ]
+        if source.shouted:
             texts = [t.upper() for t in texts]
         best = hyps[0]
-        src_tokens = tok.src_pieces(text)[: self.config.data.max_len] + [EOS_PIECE]
         return Translation(
-            source=source,
+            source=source.sentence,
             text=texts[0],
             score=best.score,
-            tokens=tok.tgt_pieces(best.tokens),
-            src_tokens=src_tokens,
+            tokens=self.tokenizer.tgt_pieces(best.tokens),
+            src_tokens=[*source.pieces.pieces, EOS_PIECE],
             attention=best.attention,
             finished=best.finished,
             nbest=[(t, h.score) for t, h in zip(texts, hyps, strict=True)],
-            truncated=truncated,
+            truncated=source.truncated,
             copied=copied,
         )
 
-    def _copy_unknowns(self, h: Hypothesis, text: str, surfaces: list[str]) -> str:
-        """`text` (h decoded) with each unknown target piece replaced by the source text its
-        attention weighs most (Luong et al. 2015, "Addressing the rare word problem"): an
-        emoji or a name in a script the vocabulary lacks comes through as written. It is
-        joined to its neighbours as it was in the source: "Z", <unk>, "rich" for "Zürich"
-        (French training text has no "ü") gives "Zürich", not sentencepiece's "Z ⁇ rich"."""
-        unknowns = [t for t, token in enumerate(h.tokens) if token == UNK_ID]
-        parts = text.split(UNK_MARK)  # sentencepiece writes each unknown piece as " ⁇ "
-        if not surfaces or len(parts) != len(unknowns) + 1:
-            return " ".join(text.split())
-        out = parts[0]
-        for t, after in zip(unknowns, parts[1:], strict=True):
-            j = int(h.attention[t, : len(surfaces)].argmax())  # EOS column left out
-            starts_word = j == 0 or surfaces[j][:1].isspace() or not surfaces[j - 1].strip()
-            ends_word = j + 1 == len(surfaces) or not surfaces[j + 1][:1].strip()
-            out = out.rstrip() + (" " if starts_word else "") + surfaces[j].strip()
-            out += (" " if ends_word else "") + after.lstrip()
-        return " ".join(out.split())
+
+def _unknown_sources(h: Hypothesis, n_src: int) -> list[int]:
+    """For each unknown piece of `h`, the source piece its attention weighs most (the EOS
+    column left out)."""
+    unknowns = [t for t, token in enumerate(h.tokens) if token == UNK_ID]
+    return [int(h.attention[t, :n_src].argmax()) for t in unknowns]
+
+
+def _empty(sentence: str) -> Translation:
+    """The translation of an input with nothing to translate."""
+    return Translation(
+        source=sentence,
+        text="",
+        score=0.0,
+        tokens=[],
+        src_tokens=[],
+        attention=torch.zeros(0, 0),
+        finished=False,
+        nbest=[("", 0.0)],
+    )
 
 
 @torch.inference_mode()

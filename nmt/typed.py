@@ -132,7 +132,7 @@ class _Checker:
         accepts = _SCALARS.get(tp)
         bool_mixup = isinstance(value, bool) and tp is not bool
         if accepts is not None and isinstance(value, accepts) and not bool_mixup:
-            if tp is float and not math.isfinite(value):  # .nan, .inf: every use misbehaves
+            if tp is float and not math.isfinite(typing.cast(float, value)):  # .nan, .inf
                 self.problems.append(f"{path}: expected a finite number, got {show(value)}")
                 return _MISSING
             return tp(value)

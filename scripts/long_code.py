@@ -1,7 +1,8 @@
 """Modules over ~400 lines and functions whose body is over ~80 lines (the signature, long
 in a command's option declarations, is not counted): the places to split along the line a
 reader would guess (STYLE.md). A function whose first body line is a comment starting
-`# long:` says why it stays long and is listed apart.
+`# long:`, or a module with such a line among its first 40, says why it stays long and is
+listed apart. `make check` runs it with --strict.
 
     .venv/bin/python scripts/long_code.py [--strict]   # --strict: exit 1 if any is found
 """
@@ -18,13 +19,14 @@ MODULE_LINES, FUNCTION_LINES = 400, 80
 
 def findings() -> tuple[list[str], list[str]]:
     long, excused = [], []
-    for path in sorted([*ROOT.glob("nmt/*.py"), *ROOT.glob("scripts/*.py")]):
+    for path in sorted([*ROOT.glob("nmt/*.py"), *ROOT.glob("scripts/**/*.py")]):
         text = path.read_text(encoding="utf-8")
         rel = path.relative_to(ROOT)
         n = text.count("\n")
-        if n > MODULE_LINES:
-            long.append(f"{rel}: {n} lines")
         lines = text.splitlines()
+        if n > MODULE_LINES:
+            said = any(line.startswith("# long:") for line in lines[:40])
+            (excused if said else long).append(f"{rel}: {n} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 size = (node.end_lineno or node.lineno) - node.body[0].lineno + 1

@@ -111,7 +111,7 @@ def _site() -> str:
     return "torch"
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("config")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -128,7 +128,11 @@ def main() -> None:
         action="store_true",
         help="decoder loop through autograd, a step at a time (the path before nmt.recurrence)",
     )
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = _arguments()
 
     cfg = load_config(args.config, overrides=args.set)
     device = resolve_device(cfg.train.device)
@@ -187,9 +191,15 @@ def main() -> None:
         f"(median of {len(rates)} steps of {cfg.train.batch_size} sentences)"
     )
 
+    _profile(step, batches[3 + args.steps :], device, args.top)
+
+
+def _profile(step, batches: list, device: torch.device, top: int) -> None:
+    """torch.profiler over `batches`: self CPU time by group of operators (GROUPS), then
+    the `top` operators."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        for b in batches[3 + args.steps :]:
+        for b in batches:
             step(b)
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
@@ -198,13 +208,13 @@ def main() -> None:
         g = GROUPS.get(e.key, "everything else")
         grouped[g][0] += e.self_cpu_time_total
         grouped[g][1] += e.count
-    n = args.profile_steps
+    n = len(batches)
     print(f"\nself CPU time over {n} steps ({total / 1e3 / n:.0f} ms a step):")
     print("| operators | ms a step | calls a step | share |\n|---|---|---|---|")
     for g, (us, count) in sorted(grouped.items(), key=lambda kv: -kv[1][0]):
         print(f"| {g} | {us / 1e3 / n:.0f} | {count / n:.0f} | {us / total:.0%} |")
     print()
-    print(events.table(sort_by="self_cpu_time_total", row_limit=args.top))
+    print(events.table(sort_by="self_cpu_time_total", row_limit=top))
 
 
 if __name__ == "__main__":

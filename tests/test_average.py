@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_train import metrics, tiny
+from train_setup import metrics, tiny
 from typer.testing import CliRunner
 
 from nmt.average import average_checkpoints
-from nmt.checkpoint import AVERAGED_NAME, load_checkpoint, resolve_checkpoint, save_checkpoint
+from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.cli import app
 from nmt.errors import NmtError
+from nmt.run_dir import AVERAGED_NAME, resolve_checkpoint
 from nmt.train import fit
 from nmt.translate import Translator
 

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nmt.checkpoint import CheckpointError, RunFiles, load_checkpoint, save_checkpoint
+from nmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from nmt.config import ConfigError, load_config
 from nmt.data import prepare
 from nmt.errors import NmtError
 from nmt.files import FileError, atomic_write
+from nmt.run_dir import RunFiles
 from nmt.train import fit
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_model import SHAPES, batch, make_model
 from test_search import BEAM, random_batch, tiny_model
-from test_train import ROOT, tiny, torchrun_2
+from train_setup import ROOT, tiny, torchrun_2
 
 import nmt.runtime
 from nmt.batching import collate
@@ -36,7 +36,7 @@ PLATEAU_SCRIPT = """
 import sys, torch
 sys.path.insert(0, {tests!r})
 import nmt.train
-from test_train import tiny
+from train_setup import tiny
 from pathlib import Path
 from nmt.train_state import TrainState
 
@@ -221,7 +221,8 @@ def test_a_collated_batch_is_packed_without_copying_sort_indices():
 
 
 def test_a_log_step_reads_the_device_sums_in_one_copy():
-    from nmt.train import Stats, _flush, check_bad_steps
+    from nmt.report import Stats
+    from nmt.stopping import check_bad_steps
     from nmt.train_state import Position
 
     stats = Stats(CPU)
@@ -231,7 +232,7 @@ def test_a_log_step_reads_the_device_sums_in_one_copy():
     cfg = tiny(Path("/nonexistent"))
     with SyncCounter(CPU) as counter:
         check_bad_steps(stats, pos, cfg.train, "none saved")
-        row = _flush(stats, pos, 0, 1e-3)
+        row = stats.flush(step=pos.step, epoch=0, lr=1e-3, skipped=pos.skipped_steps)
     reads = [s for s in counter.sites if s.split(" ")[0] in ("item", "tolist")]
     assert sum(counter.sites[s] for s in reads) == 1
     assert pos.skipped_steps == 1 and row["loss"] == pytest.approx(5.0 / 30)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -95,10 +96,10 @@ def test_one_failing_request_fails_alone_among_those_batched_with_it(tiny_run):
     translator = Translator.from_checkpoint(tiny_run.run_dir)
     real = translator.translate
 
-    def fragile(sentences, **kw):
-        if any("BOOM" in s for s in sentences):
+    def fragile(sources, **kw):  # the batcher passes sentences prepared (tokenized) once
+        if any("BOOM" in s.sentence for s in sources):
             raise RuntimeError("cannot decode")
-        return real(sentences, **kw)
+        return real(sources, **kw)
 
     translator.translate = fragile  # type: ignore[method-assign]
     with app_server(translator, Limits(batch_wait_ms=300)) as url:
@@ -205,11 +206,12 @@ def test_a_full_queue_answers_503_with_retry_after_and_a_slow_request_503(tiny_r
 
 def test_the_batcher_refuses_past_its_queue():
     class Slow:
-        tokenizer = type("T", (), {"encode_src": staticmethod(lambda s: [[1]] * len(s))})()
+        def prepare(self, sentences):
+            return [SimpleNamespace(text=s, pieces=SimpleNamespace(ids=[1])) for s in sentences]
 
-        def translate(self, sentences, **kw):
+        def translate(self, sources, **kw):
             time.sleep(0.3)
-            return sentences
+            return [s.text for s in sources]
 
     async def main():
         batcher = Batcher(Slow(), Limits(max_queue=1, batch_sentences=1, batch_wait_ms=0))  # type: ignore[arg-type]

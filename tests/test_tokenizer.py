@@ -50,6 +50,17 @@ def test_round_trip_gives_the_sentences_back(joint: Tokenizer, separate: Tokeniz
         assert "".join(tok.src_pieces(EN[0])).replace("\u2581", " ").strip() == EN[0]
 
 
+def test_one_call_gives_ids_pieces_and_surfaces(joint: Tokenizer, separate: Tokenizer) -> None:
+    sentences = [*EN[:5], "Z\u00fcrich \U0001f415 caf\u00e9", ""]
+    for tok in (joint, separate):
+        found = tok.encode_src_pieces(sentences)
+        assert [f.ids for f in found] == tok.encode_src(sentences)
+        assert [f.pieces for f in found] == [tok.src_pieces(s) for s in sentences]
+        for f, s in zip(found, sentences, strict=True):
+            assert "".join(f.surfaces) == s  # the pieces cover the text, nothing lost
+        assert found[0].cut(2).ids == found[0].ids[:2]
+
+
 def test_special_ids_are_fixed_and_never_produced_by_encoding(joint: Tokenizer) -> None:
     assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
     assert joint.tgt_pieces([PAD_ID, UNK_ID, BOS_ID, EOS_ID]) == ["<pad>", "<unk>", "<s>", "</s>"]

@@ -91,6 +91,27 @@ def test_nbest_lists_distinct_translations_best_first(translator, sentences):
         assert len(set(scores)) == 4
 
 
+def test_a_sentence_is_tokenized_once(tiny_run, sentences, monkeypatch):
+    t = Translator.from_checkpoint(tiny_run.run_dir)
+    calls: list[int] = []
+    processor = t.tokenizer._src
+    encode = processor.encode
+
+    def counted(text, *args, **kwargs):
+        calls.append(len(text) if isinstance(text, list) else 1)
+        return encode(text, *args, **kwargs)
+
+    monkeypatch.setattr(processor, "encode", counted)
+    out = t.translate([*sentences, "zzq 🙂 ẞ"], beam=2, nbest=2)
+    assert calls == [len(sentences) + 1]  # one call, every sentence once
+    expected = [*t.tokenizer.src_pieces(" ".join(sentences[0].split())), EOS_PIECE]
+    assert out[0].src_tokens == expected
+    prepared = t.prepare(sentences)
+    calls.clear()
+    assert [x.text for x in t.translate(prepared, beam=2)] == [x.text for x in out[:-1]]
+    assert calls == []  # prepared sources are not tokenized again
+
+
 def test_nbest_above_beam_is_refused(translator):
     with pytest.raises(DecodeArgumentError, match=r"^nbest 4: expected 1 to the beam size"):
         translator.translate(["A dog."], beam=3, nbest=4)
@@ -182,7 +203,7 @@ def test_unknown_target_pieces_copy_the_source_text_they_attend_to(
     """An emoji is <unk> to the vocabulary: the output's <unk> becomes the source text under
     its strongest attention (here made to point at the emoji), spaced as in the source."""
     tok = translator.tokenizer
-    surfaces = tok.src_surfaces(source)
+    surfaces = tok.encode_src_pieces([source])[0].surfaces
     unknown = next(
         j for j, piece in enumerate(surfaces) if "\U0001f415" in piece or "\U0001f327" in piece
     )

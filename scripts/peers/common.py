@@ -1,0 +1,162 @@
+"""What every adapter of `scripts/compare_peers.py` shares: the result row, running a
+toolkit's commands (with its peak memory and a time budget), its own virtual environment,
+and the data (one sentencepiece model for all, test BLEU as `nmt eval` computes it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sentencepiece as spm
+
+from nmt import evaluate
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "reference_rnn.yaml"
+TEST = "test_2016_flickr"
+DECODINGS = (("greedy", 1), ("beam5", 5))  # the decoding columns: label, beam size
+
+
+@dataclass
+class Result:
+    """One toolkit's (or one nmt precision's) figures."""
+
+    name: str
+    tokens_per_s: float = 0.0
+    windows: list[float] = field(default_factory=list)
+    peak_rss_gb: float = 0.0
+    steps: int = 0
+    decode: dict[str, dict[str, float]] = field(default_factory=dict)  # greedy/beam5 -> figures
+    note: str = ""
+    started: float = 0.0  # time.time() when its training command started
+    curve: list[dict[str, float]] = field(default_factory=list)  # minutes, step, val_bleu
+    precision: str = "fp32"  # what its matrix products run in: the limit it is measured against
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every toolkit trains and decodes from: nmt's sentencepiece model, and the
+    corpus encoded with it (`pieces/{train,val,test}.{en,fr}`)."""
+
+    spm_model: Path
+    pieces: Path
+
+
+def run(cmd: list[str], *, log: Path, env: dict[str, str] | None = None, minutes: float = 0) -> int:
+    """Run `cmd` with its output in `log`, interrupted (SIGINT, as Ctrl-C) after `minutes`
+    (0: until it ends) and killed 2 minutes later if still there. Returns the peak resident
+    set in bytes of the process (and of its children it waited for)."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        start = time.monotonic()
+        interrupted_at = None
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            now = time.monotonic()
+            if minutes and interrupted_at is None and now - start > minutes * 60:
+                os.killpg(proc.pid, signal.SIGINT)
+                interrupted_at = now
+            elif interrupted_at is not None and now - interrupted_at > 120:
+                os.killpg(proc.pid, signal.SIGKILL)
+            time.sleep(0.5)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0 and interrupted_at is None:
+        tail = log.read_text(errors="replace")[-2000:]
+        raise SystemExit(f"{' '.join(cmd[:3])} ... failed ({proc.returncode}); {log}:\n{tail}")
+    return usage.ru_maxrss * 1024
+
+
+def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    """Run `cmd` to its end; on failure, stop with the end of what it printed."""
+    proc = subprocess.run(cmd, text=True, capture_output=True, **kw)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise SystemExit(f"{' '.join(map(str, cmd[:4]))} ... failed ({proc.returncode}):\n{tail}")
+    return proc
+
+
+def ensure_venv(path: Path, steps: list[list[str]]) -> Path:
+    """A virtualenv at `path` with `steps` (pip argument lists) installed; its python."""
+    python = path / "bin" / "python"
+    if (path / ".installed").is_file():
+        return python
+    sh([sys.executable, "-m", "venv", str(path)])
+    sh([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    for args in steps:
+        print(f"  pip install {' '.join(args)}", flush=True)
+        sh([str(python), "-m", "pip", "install", "--quiet", *args])
+    (path / ".installed").write_text("ok\n")
+    return python
+
+
+def median_after_first(windows: list[float]) -> float:
+    rest = windows[1:] or windows
+    return statistics.median(rest) if rest else 0.0
+
+
+def train_peer(
+    name: str, tag: str, cmd: list[str], pattern: re.Pattern, env: dict, args: argparse.Namespace
+) -> Result:
+    """Train a peer for --minutes; its speed read from its log (`pattern`: step, tokens/s)."""
+    log = args.work / f"{tag}.train.log"
+    started = time.time()
+    rss = run(cmd, log=log, env=env, minutes=args.minutes)
+    found = [(int(m.group(1)), float(m.group(2))) for m in pattern.finditer(log.read_text())]
+    windows = [tok for _, tok in found]
+    steps = found[-1][0] if found else 0
+    return Result(name, median_after_first(windows), windows, rss / 2**30, steps, started=started)
+
+
+def encode_pieces(model: Path, data: Path, out: Path) -> None:
+    """train/val/test sides as sentencepiece pieces, one sentence a line, for the peers."""
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val", TEST):
+        for lang in ("en", "fr"):
+            lines = (data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+            pieces = sp.encode([line.strip() for line in lines], out_type=str)
+            (out / f"{split}.{lang}").write_text(
+                "".join(" ".join(p) + "\n" for p in pieces), encoding="utf-8"
+            )
+
+
+def bleu(hyps: list[str], data: Path, split: str = TEST) -> float:
+    """sacreBLEU's default BLEU, as `nmt eval --bleu` computes it."""
+    refs = (data / f"{split}.fr").read_text(encoding="utf-8").splitlines()
+    return evaluate.bleu(hyps, refs).score
+
+
+def scores(hyps: list[str], data: Path) -> dict[str, float]:
+    """Test BLEU, cased sacreBLEU and under the Multi30k shared-task protocol (wmt-mmt)."""
+    refs = (data / f"{TEST}.fr").read_text(encoding="utf-8").splitlines()
+    mmt = evaluate.bleu(hyps, refs, protocol="wmt-mmt", lang="fr").score
+    return {"bleu": bleu(hyps, data), "bleu_wmt_mmt": mmt}
+
+
+def depiece(path: Path, model: Path) -> list[str]:
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    return [sp.decode(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def previous_result(args: argparse.Namespace, name: str) -> Result | None:
+    """`name`'s training figures from --out's previous run (for --redecode-onmt)."""
+    if not args.out.is_file():
+        raise SystemExit(f"--redecode-onmt: no previous run in {args.out}")
+    for r in json.loads(args.out.read_text())["results"]:
+        if r["name"] == name:
+            return Result(**r)
+    raise SystemExit(f"--redecode-onmt: {args.out} holds no {name} run")

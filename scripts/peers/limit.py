@@ -1,0 +1,176 @@
+"""The machine's own limit for a model: how many target tokens a second its matrix products
+alone would allow, in a precision, on the machine at hand.
+
+One training step of the model (forward and backward, through the same fused paths
+training takes) runs under a dispatch mode that records every matrix product it issues:
+`mm`, `addmm`, `bmm`, `baddbmm` with their shapes. Each distinct product is then timed alone
+in the precision (bf16: bf16 operands, as autocast gives them), and the step's products
+take `sum(count x time)`: the limit is the step's target tokens over that time. Everything
+else a step does (elementwise operators, the loss, the optimizer, Python) counts as
+overhead, so a run's tokens/s divided by the limit is the share of the step the matrix
+units are busy: the figure issue 25 asks for, next to each row's ratio to a peer.
+
+    .venv/bin/python scripts/peers/limit.py configs/reference_rnn.yaml --precision fp32 bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from nmt.batching import collate  # noqa: E402
+from nmt.config import Config, load_config  # noqa: E402
+from nmt.model import build_model  # noqa: E402
+from nmt.step import token_loss  # noqa: E402
+
+_PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}
+# CPU features that decide a product's speed, as lscpu/proc name them.
+_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_flags() -> list[str]:
+    """The matrix-relevant CPU flags of this machine (Linux /proc/cpuinfo), in a fixed order."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
+    present = set(line.split(":", 1)[-1].split())
+    return [f for f in _FLAGS if f in present]
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+@dataclass(frozen=True)
+class Product:
+    """A matrix product a step issues: (b batches of) m x k times k x n."""
+
+    op: str
+    b: int
+    m: int
+    k: int
+    n: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.b * self.m * self.k * self.n
+
+
+class _Record(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: collections.Counter[Product] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        name = func.overloadpacket.__name__
+        if name in _PRODUCTS:
+            a, b = (args[1], args[2]) if name in ("addmm", "baddbmm") else (args[0], args[1])
+            if a.dim() == 2:
+                self.seen[Product("mm", 1, a.shape[0], a.shape[1], b.shape[1])] += 1
+            else:
+                self.seen[Product("bmm", a.shape[0], a.shape[1], a.shape[2], b.shape[2])] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def step_products(
+    cfg: Config, *, vocab: int, src_len: int, tgt_len: int
+) -> tuple[collections.Counter[Product], int]:
+    """The products of one training step on a batch of `train.batch_size` sentences of
+    `src_len` / `tgt_len` pieces, and the batch's target tokens (EOS included)."""
+    torch.manual_seed(0)
+    model = build_model(cfg.model, src_vocab_size=vocab, tgt_vocab_size=vocab, shared_vocab=True)
+    model.train()
+    b = cfg.train.batch_size
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab, (b, src_len), generator=g).tolist()
+    tgt = torch.randint(4, vocab, (b, tgt_len), generator=g).tolist()
+    batch = collate(src, tgt, range(b))
+    with _Record() as record:
+        out = model(batch.src, batch.src_lens, batch.tgt_in)
+        token_loss(out, batch.tgt_out, cfg.train.label_smoothing).backward()
+    return record.seen, batch.n_tgt_tokens
+
+
+def time_product(p: Product, dtype: torch.dtype, *, seconds: float = 0.15) -> float:
+    """Median seconds of one such product with `dtype` operands (after a warm-up)."""
+    shape_a = (p.m, p.k) if p.op == "mm" else (p.b, p.m, p.k)
+    shape_b = (p.k, p.n) if p.op == "mm" else (p.b, p.k, p.n)
+    a, b = torch.randn(shape_a).to(dtype), torch.randn(shape_b).to(dtype)
+    product = torch.mm if p.op == "mm" else torch.bmm
+    for _ in range(3):
+        product(a, b)
+    times: list[float] = []
+    budget = time.perf_counter() + seconds
+    while len(times) < 5 or (time.perf_counter() < budget and len(times) < 200):
+        start = time.perf_counter()
+        product(a, b)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@dataclass
+class Limit:
+    precision: str
+    tokens_per_s: float  # the products alone
+    gflops: float  # their rate at this model's shapes
+    mflop_per_token: float  # forward and backward
+    products: int  # a step's products, all shapes
+
+
+def limit(
+    cfg: Config, precision: str, *, vocab: int, src_len: int = 16, tgt_len: int = 16
+) -> Limit:
+    """The limit of `cfg`'s model in `precision` (fp32 or bf16) on this machine's CPU."""
+    seen, tokens = step_products(cfg, vocab=vocab, src_len=src_len, tgt_len=tgt_len)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    seconds = sum(count * time_product(p, dtype) for p, count in seen.items())
+    flops = sum(count * p.flops for p, count in seen.items())
+    return Limit(
+        precision=precision,
+        tokens_per_s=tokens / seconds,
+        gflops=flops / seconds / 1e9,
+        mflop_per_token=flops / tokens / 1e6,
+        products=sum(seen.values()),
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("config", type=Path)
+    ap.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16"])
+    ap.add_argument("--vocab", type=int, help="default: the config's tokenizer.vocab_size")
+    ap.add_argument("--src-len", type=int, default=16)
+    ap.add_argument("--tgt-len", type=int, default=16)
+    args = ap.parse_args()
+    cfg = load_config(args.config)
+    vocab = args.vocab or cfg.tokenizer.vocab_size
+    print(f"{cpu_name()}; flags: {' '.join(cpu_flags())}; {torch.get_num_threads()} threads")
+    for precision in args.precision:
+        lim = limit(cfg, precision, vocab=vocab, src_len=args.src_len, tgt_len=args.tgt_len)
+        print(
+            f"{args.config} {precision}: {lim.gflops:,.0f} GFLOP/s at the model's shapes, "
+            f"{lim.mflop_per_token:.1f} MFLOP a target token: a limit of "
+            f"{lim.tokens_per_s:,.0f} target tokens/s ({lim.products} products a step)"
+        )
+
+
+if __name__ == "__main__":
+    main()

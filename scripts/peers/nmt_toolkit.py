@@ -1,0 +1,120 @@
+"""nmt itself, once per precision: fp32, bf16 where the CPU has bf16 matrix units (or a GPU
+runs it), fp16 on a GPU. Trained with `nmt train` on the reference config, decoded with
+`Translator` from the checkpoint it stopped at (a curve run: what nmt would translate with).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from nmt.run_dir import LAST_NAME, METRICS_NAME
+from nmt.runtime import cpu_has_bf16_matmul
+from peers.common import DECODINGS, TEST, Result, Shared, median_after_first, run, scores, sh
+
+KEYS = ("nmt-fp32", "nmt-bf16", "nmt-fp16")
+
+
+def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Result]:
+    """Each precision asked for (`--only`) that this machine runs, trained then decoded."""
+    results = []
+    gpu = torch.cuda.is_available()  # nmt trains and decodes there (device auto)
+    for precision in ("fp32", "bf16", "fp16") if gpu else ("fp32", "bf16"):
+        name = f"nmt-{precision}"
+        if name not in only:
+            continue
+        if precision == "bf16" and not gpu and not cpu_has_bf16_matmul():
+            print(
+                "nmt bf16: skipped: this CPU has no bf16 matrix units (AVX512-BF16 or AMX), "
+                "so bf16 products are emulated, 1-2 GFLOP/s against fp32's ~100"
+            )
+            continue
+        print(f"training {name} ...", flush=True)
+        run_dir = args.work / name
+        r = nmt_train(f"nmt {precision}", precision, args, run_dir)
+        same = (run_dir / "spm.model").read_bytes() == shared.spm_model.read_bytes()
+        r.note = "same sentencepiece model" if same else "sentencepiece model differs!"
+        nmt_decode(r, run_dir, precision, args)
+        results.append(r)
+        print(f"  {r.tokens_per_s:,.0f} tok/s, {r.decode}", flush=True)
+    return results
+
+
+def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path) -> Result:
+    nmt = [sys.executable, "-m", "nmt"]
+    sets = [
+        f"data.dir={args.data}",
+        f"run.dir={run_dir}",
+        f"train.precision={precision}",
+        f"train.max_minutes={args.minutes}",
+        "train.max_epochs=0",
+        f"train.log_every={args.log_every}",
+        # no validation inside the timed run, unless a learning curve is wanted
+        f"train.valid_every={args.curve or 1000000}",
+        "run.tensorboard=false",
+        *args.nmt_set,
+    ]
+    config = args.nmt_config
+    cmd = [*nmt, "train", str(config), "--overwrite"] + [a for s in sets for a in ("--set", s)]
+    log = args.work / f"{name}.train.log"
+    rss = run(cmd, log=log)
+    rows = [json.loads(line) for line in (run_dir / METRICS_NAME).read_text().splitlines()]
+    windows = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r]
+    steps = max((r["step"] for r in rows if "step" in r), default=0)
+    curve = [
+        {"minutes": r["minutes"], "step": r["step"], "val_bleu": r["val_bleu"]}
+        for r in rows
+        if "val_bleu" in r
+    ]
+    return Result(
+        name,
+        median_after_first(windows),
+        windows,
+        rss / 2**30,
+        steps,
+        curve=curve,
+        precision=precision,
+    )
+
+
+NMT_DECODE = """
+import json, sys, time
+from nmt.translate import Translator
+model, src, out, beam, precision = sys.argv[1:6]
+tr = Translator.from_checkpoint(model, "auto", precision=precision)
+lines = open(src, encoding="utf-8").read().splitlines()
+start = time.perf_counter()
+hyps = tr.translate(lines, beam=int(beam), batch_size=64)
+seconds = time.perf_counter() - start
+open(out, "w", encoding="utf-8").write("".join(h.text + "\\n" for h in hyps))
+print(json.dumps({"seconds": seconds}))
+"""
+
+
+def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Namespace) -> None:
+    for label, beam in DECODINGS:
+        out = args.work / f"{result.name}.{label}.hyp"
+        start = time.perf_counter()
+        proc = sh(
+            [
+                sys.executable,
+                "-c",
+                NMT_DECODE,
+                # the timed speed run decodes where it stopped; a curve run (validating as
+                # nmt does) decodes what nmt would translate with (averaged, else best)
+                str(run_dir if args.curve else run_dir / LAST_NAME),
+                str(args.data / f"{TEST}.en"),
+                str(out),
+                str(beam),
+                precision,
+            ]
+        )
+        whole = time.perf_counter() - start
+        inside = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+        hyps = out.read_text(encoding="utf-8").splitlines()
+        result.decode[label] = {"seconds": inside, "command_s": whole, **scores(hyps, args.data)}

@@ -1,0 +1,216 @@
+"""OpenNMT-py 3.5.1, the baseline of every ratio: installed into its own virtual
+environment (it pins torch<2.3 but runs on newer ones when installed --no-deps with the
+packages it imports), trained with `onmt_train` on the reference model's settings, decoded
+with `onmt_translate` from the last checkpoint written within the budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from peers.common import (
+    DECODINGS,
+    TEST,
+    Result,
+    Shared,
+    bleu,
+    depiece,
+    ensure_venv,
+    previous_result,
+    scores,
+    sh,
+    train_peer,
+)
+
+KEYS = ("opennmt-py",)
+NAME = "OpenNMT-py 3.5.1"
+DEPS = [
+    "configargparse",
+    "tensorboard",
+    "pyyaml",
+    "sacrebleu",
+    "sentencepiece",
+    "six",
+    "rapidfuzz",
+    "pyonmttok>=1.37,<2",
+    "spacy",
+    "pyahocorasick",
+    "fasttext-wheel",
+]
+# Each log line's step and target tokens/s (OpenNMT-py logs "src/tgt tok/s").
+STEP = re.compile(r"Step (\d+)/.*?[\d.]+/\s*([\d.]+) tok/s")
+
+
+def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Result]:
+    if "opennmt-py" not in only:
+        return []
+    print("training OpenNMT-py ...", flush=True)
+    bin_dir = _install(args)
+    home = args.work / "onmt-run"
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    result = previous_result(args, NAME) if args.redecode_onmt else None
+    if result is None:
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        result = _train(args, shared, home, bin_dir, env)
+    else:
+        result.decode, result.curve = {}, []
+    checkpoints = _within_budget(home, result.started + args.minutes * 60)
+    if not checkpoints:
+        result.note = "no checkpoint written within the budget: nothing decoded"
+        return [result]
+    result.steps = _step(checkpoints[-1])
+    # OpenNMT-py pickles its options (argparse.Namespace) into checkpoints, which torch >= 2.6
+    # refuses to load by default; these are files it just wrote.
+    env = {**env, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    for label, beam in DECODINGS:
+        out = args.work / f"opennmt-py.{label}.hyp"
+        seconds, whole = _translate(bin_dir, env, shared, checkpoints[-1], TEST, out, beam)
+        hyps = depiece(out, shared.spm_model)
+        result.decode[label] = {"seconds": seconds, "command_s": whole, **scores(hyps, args.data)}
+    if args.curve:
+        _curve(args, shared, result, checkpoints, bin_dir, env)
+    result.note = f"checkpoint at step {result.steps}, the last written within the budget"
+    print(f"  {result.tokens_per_s:,.0f} tok/s, {result.decode}", flush=True)
+    return [result]
+
+
+def _install(args: argparse.Namespace) -> Path:
+    """Its virtual environment (made once); the folder of its commands."""
+    python = ensure_venv(
+        args.work / "venv-onmt",
+        [
+            [f"torch=={torch.__version__.split('+')[0]}"],
+            ["--no-deps", "OpenNMT-py==3.5.1"],
+            DEPS,
+        ],
+    )
+    return python.parent
+
+
+def _config(args: argparse.Namespace, pieces: Path, home: Path) -> dict:
+    """The reference model in OpenNMT-py's options. Every checkpoint is kept: the one the
+    comparison decodes is the last written within the budget, and OpenNMT-py writes more
+    after the SIGINT that ends it (up to the kill two minutes later), which with a short
+    keep_checkpoint would delete it."""
+    return {
+        "save_data": str(home / "data"),
+        "src_vocab": str(home / "vocab.shared"),
+        "share_vocab": True,
+        "src_vocab_size": 8000,
+        "tgt_vocab_size": 8000,
+        "data": {
+            "corpus_1": {
+                "path_src": str(pieces / "train.en"),
+                "path_tgt": str(pieces / "train.fr"),
+            },
+            "valid": {"path_src": str(pieces / "val.en"), "path_tgt": str(pieces / "val.fr")},
+        },
+        "transforms": ["filtertoolong"],
+        "src_seq_length": 100,
+        "tgt_seq_length": 100,
+        "save_model": str(home / "model"),
+        "save_checkpoint_steps": 50 if args.curve else 100,
+        "keep_checkpoint": -1,
+        "seed": 1,
+        "train_steps": 1000000,
+        "valid_steps": 500 if args.curve else 1000000,
+        "report_every": args.log_every,
+        "model_type": "text",
+        "encoder_type": "brnn",
+        "decoder_type": "rnn",
+        "rnn_type": "GRU",
+        "enc_layers": 1,
+        "dec_layers": 1,
+        "hidden_size": 512,
+        "word_vec_size": 256,
+        "global_attention": "mlp",
+        "input_feed": 1,
+        "bridge": False,
+        "share_decoder_embeddings": False,
+        "optim": "adam",
+        "learning_rate": 0.001,
+        "max_grad_norm": 5,
+        "dropout": [0.2],
+        "label_smoothing": 0.0,
+        "batch_size": 64,
+        "batch_type": "sents",
+        "normalization": "tokens",
+        "accum_count": [1],
+        "world_size": 1,
+        "gpu_ranks": [],
+        "num_workers": 0,
+    }
+
+
+def _train(
+    args: argparse.Namespace, shared: Shared, home: Path, bin_dir: Path, env: dict
+) -> Result:
+    cfg_path = home / "config.yaml"
+    cfg_path.write_text(json.dumps(_config(args, shared.pieces, home), indent=1))  # JSON is YAML
+    sh([str(bin_dir / "onmt_build_vocab"), "-config", str(cfg_path), "-n_sample", "-1"])
+    cmd = [str(bin_dir / "onmt_train"), "-config", str(cfg_path)]
+    return train_peer(NAME, "opennmt-py", cmd, STEP, env, args)
+
+
+def _step(checkpoint: Path) -> int:
+    return int(checkpoint.stem.split("_")[-1])
+
+
+def _within_budget(home: Path, budget_end: float) -> list[Path]:
+    """The checkpoints written before the budget ended, oldest first."""
+    found = [c for c in home.glob("model_step_*.pt") if c.stat().st_mtime <= budget_end]
+    return sorted(found, key=_step)
+
+
+def _translate(
+    bin_dir: Path, env: dict, shared: Shared, checkpoint: Path, split: str, out: Path, beam: int
+) -> tuple[float, float]:
+    """Decode pieces/SPLIT.en; its own translation time and the whole command's."""
+    start = time.perf_counter()
+    proc = sh(
+        [str(bin_dir / "onmt_translate"), "-model", str(checkpoint)]
+        + ["-src", str(shared.pieces / f"{split}.en"), "-output", str(out)]
+        + ["-beam_size", str(beam), "-batch_size", "64", "-batch_type", "sents"]
+        + ["-max_length", "100", "-report_time"],
+        env=env,
+    )
+    whole = time.perf_counter() - start
+    found = re.search(r"Total translation time \(s\): ([\d.]+)", proc.stdout + proc.stderr)
+    return (float(found.group(1)) if found else whole), whole
+
+
+def _curve(
+    args: argparse.Namespace,
+    shared: Shared,
+    result: Result,
+    checkpoints: list[Path],
+    bin_dir: Path,
+    env: dict,
+) -> None:
+    """Greedy validation BLEU every --curve steps and at the end, at the minute each
+    checkpoint was written (the first checkpoint at or after each multiple of --curve, and
+    the last)."""
+    steps = [_step(c) for c in checkpoints]
+    picked = {
+        next(c for c, n in zip(checkpoints, steps, strict=True) if n >= target)
+        for target in range(args.curve, steps[-1] + 1, args.curve)
+    } | {checkpoints[-1]}
+    for checkpoint in sorted(picked, key=_step):
+        out = args.work / "opennmt-py.val.hyp"
+        _translate(bin_dir, env, shared, checkpoint, "val", out, 1)
+        result.curve.append(
+            {
+                "minutes": (checkpoint.stat().st_mtime - result.started) / 60,
+                "step": _step(checkpoint),
+                "val_bleu": bleu(depiece(out, shared.spm_model), args.data, "val"),
+            }
+        )
