@@ -44,7 +44,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from compare_peers import run  # noqa: E402
+from peers.common import run  # noqa: E402
 
 from nmt.alignment import (  # noqa: E402
     alignment_scores,
