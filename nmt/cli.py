@@ -63,7 +63,9 @@ def prepare(config: ConfigArg, set_: SetOpt = None) -> None:
     cfg = load(config, set_)
     with user_errors():
         from nmt.data import prepare as prepare_data
+        from nmt.run_dir import RunFiles
 
+        RunFiles(cfg.run_dir, cfg.train.keep_last).adopt()  # so that `nmt train` takes it on
         prepared = prepare_data(cfg, log=typer.echo)
         for line in prepared.report_lines():
             typer.echo(line)

@@ -203,6 +203,20 @@ class RunFiles:
                     shutil.rmtree(entry)
                 else:
                     entry.unlink()
+        self._mark()
+
+    def adopt(self) -> None:
+        """Make the directory ours without starting a run (`nmt prepare`, whose tokenizer and
+        cached data `nmt train` then reuses): refused where files named like a run's were not
+        written by one, as `claim` refuses; made, and marked as nmt's, otherwise."""
+        if self.dir.exists() and not self.dir.is_dir():
+            raise NmtError(f"run.dir {self.dir}: is a file; expected a directory (or none)")
+        self._check_owned()
+        if not (self.dir / OWNER_MARK).exists():
+            self._mark()
+
+    def _mark(self) -> None:
+        """The directory made (if need be) and marked as nmt's (OWNER_MARK)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write(self.dir / OWNER_MARK, b"a run directory of nmt train\n")
 

@@ -57,7 +57,7 @@ from nmt.batching import collate  # noqa: E402
 from nmt.display import save_figure  # noqa: E402
 from nmt.evaluate import bleu  # noqa: E402
 from nmt.files import read_lines as lines  # noqa: E402
-from nmt.tokenizer import EOS_PIECE, TOKENIZER_FILES  # noqa: E402
+from nmt.tokenizer import EOS_PIECE  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -135,11 +135,8 @@ def train_cell(
     spm_run = shared_tokenizer(args)
     if run_dir.exists():  # a cell cut short: start it again
         shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    for name in TOKENIZER_FILES:
-        if (spm_run / name).is_file():
-            shutil.copy2(spm_run / name, run_dir / name)
-    shutil.copytree(spm_run / "data", run_dir / "data")
+    # a copy of the prepared run (tokenizer, cached data, the mark that nmt made it)
+    shutil.copytree(spm_run, run_dir)
     sets = [
         f"data.dir={args.data}",
         f"run.dir={run_dir}",

@@ -89,6 +89,22 @@ def test_prepare_reports_kept_pairs_and_padding(tmp_path):
     assert "padding" in result.stdout
 
 
+def test_train_takes_on_what_prepare_made_and_prepare_refuses_what_it_did_not(tmp_path):
+    run = tmp_path / "r"
+    sets = ["--set", f"data.dir={TINY_DATA}", "--set", f"run.dir={run}"]
+    assert runner.invoke(app, ["prepare", str(TINY), *sets]).exit_code == 0
+    tokenizer = (run / "spm.model").read_bytes()
+    result = runner.invoke(app, ["train", str(TINY), *sets, "--set", "train.max_steps=2"])
+    assert result.exit_code == 0, result.output
+    assert (run / "spm.model").read_bytes() == tokenizer  # reused, not trained again
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.yaml").write_text("my notes\n")  # named like a run's, not a run's
+    other = ["--set", f"data.dir={TINY_DATA}", "--set", f"run.dir={mine}"]
+    assert_one_line_error(runner.invoke(app, ["prepare", str(TINY), *other]), "config.yaml")
+    assert sorted(p.name for p in mine.iterdir()) == ["config.yaml"]
+
+
 def test_prepare_with_misaligned_data_is_a_one_line_error(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
