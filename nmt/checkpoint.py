@@ -115,7 +115,7 @@ def load_for_inference(path: Path, device: str | torch.device = "cpu") -> Loaded
     )
     load_weights(net, state["model"], path)
     if isinstance(state.get("shortlist"), dict):  # checkpoints since the shortlist
-        net.shortlist = Shortlist.from_state(state["shortlist"])
+        net.shortlist = Shortlist.from_state(state["shortlist"], device)
     net.to(device).eval()
     return Loaded(config=cfg, tokenizer=tokenizer, model=net, state=state, path=path)
 

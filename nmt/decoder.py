@@ -34,7 +34,7 @@ class Encoded:
     mask: Tensor  # (B, S) bool, True = real token
     final: Tensor  # (Ld, B, Hd) the decoder's initial hidden state: bridged, or zeros
     final_cell: Tensor | None = None  # (Ld, B, Hd) the same for the LSTM cell state
-    src: Tensor | None = None  # (B, S) the source ids: what copy attention copies
+    src: Tensor | None = None  # (B, S) what copy attention copies: source ids (shortlist: columns)
     # the batch's output layer cut to its shortlist (`nmt.shortlist`); None: every piece
     vocab: Any = None
 

@@ -226,8 +226,11 @@ class Seq2Seq(nn.Module):
         vocab = None
         if self.shortlist is not None and not self.training:  # decoding: a batch's columns
             vocab = self.generator.restrict(self.shortlist.columns(src))
+        # What copy attention scatters onto the step's scores: target ids, or with a
+        # shortlist their positions among its columns (once a batch, not once a step).
+        copy_to = src if vocab is None else vocab.positions(src)  # (B, S)
         return Encoded(
-            states=states, keys=keys, mask=mask, final=h0, final_cell=c0, src=src, vocab=vocab
+            states=states, keys=keys, mask=mask, final=h0, final_cell=c0, src=copy_to, vocab=vocab
         )
 
     def init_state(self, enc: Encoded) -> DecoderState:
@@ -249,8 +252,7 @@ class Seq2Seq(nn.Module):
             return logits, state, weights
         assert enc.src is not None
         gate = self.copy_gate(pre, weighted_sum(weights, enc.states), emb)  # (B,)
-        src = enc.src if enc.vocab is None else enc.vocab.positions(enc.src)  # (B, S)
-        return mixture_log_probs(logits, gate, weights, src), state, weights
+        return mixture_log_probs(logits, gate, weights, enc.src), state, weights
 
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Output:
         """Teacher forcing: src (B, S) int64, src_lens (B,) int64 CPU, tgt_in (B, T) int64

@@ -172,8 +172,7 @@ class RunFiles:
         previous run and nothing else: a directory holding anything nmt did not write is
         refused, untouched.
         """
-        if self.dir.exists() and not self.dir.is_dir():
-            raise NmtError(f"run.dir {self.dir}: is a file; expected a directory (or none)")
+        self._check_not_a_file()
         if resume:
             if not self.last.is_file() and not run_entries(self.dir):
                 raise NmtError(
@@ -209,11 +208,14 @@ class RunFiles:
         """Make the directory ours without starting a run (`nmt prepare`, whose tokenizer and
         cached data `nmt train` then reuses): refused where files named like a run's were not
         written by one, as `claim` refuses; made, and marked as nmt's, otherwise."""
-        if self.dir.exists() and not self.dir.is_dir():
-            raise NmtError(f"run.dir {self.dir}: is a file; expected a directory (or none)")
+        self._check_not_a_file()
         self._check_owned()
         if not (self.dir / OWNER_MARK).exists():
             self._mark()
+
+    def _check_not_a_file(self) -> None:
+        if self.dir.exists() and not self.dir.is_dir():
+            raise NmtError(f"run.dir {self.dir}: is a file; expected a directory (or none)")
 
     def _mark(self) -> None:
         """The directory made (if need be) and marked as nmt's (OWNER_MARK)."""

@@ -58,8 +58,8 @@ class Shortlist:
         """src (B, S) int64 -> (L,) int64 the sorted target ids a batch may produce."""
         pieces = src.unique()  # (U,)
         parts = [
-            self.frequent.to(src.device),
-            self.table.to(src.device)[pieces].flatten(),  # (U*K,)
+            self.frequent,
+            self.table[pieces].flatten(),  # (U*K,)
             torch.tensor([EOS_ID, UNK_ID], device=src.device),
         ]
         if self.joint:
@@ -71,8 +71,13 @@ class Shortlist:
         return {"frequent": self.frequent, "table": self.table, "joint": self.joint}
 
     @classmethod
-    def from_state(cls, state: dict) -> Shortlist:
-        return cls(frequent=state["frequent"], table=state["table"], joint=bool(state["joint"]))
+    def from_state(cls, state: dict, device: torch.device | str = "cpu") -> Shortlist:
+        """From a checkpoint, its tables on `device` (the model's: moved once, not per batch)."""
+        return cls(
+            frequent=state["frequent"].to(device),
+            table=state["table"].to(device),
+            joint=bool(state["joint"]),
+        )
 
 
 def build(
