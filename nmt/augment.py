@@ -22,16 +22,17 @@ _WORD = re.compile(r"\b[A-Z][a-z]+\b")
 # A word all in lowercase: a capitalised word also written so is a common word, not a name.
 _LOWER = re.compile(r"\b[a-z]+\b")
 # Names are made from syllables. Their letters and lengths vary as much as real names do
-# (the names set's misses were long names cut short, "Wojciech" -> "Wojcie", and names
-# written in lowercase): one to four syllables, rare onsets and diacritics, a quarter
-# starting with a vowel (French elides before it: "de Anaïs" becomes "d'Anaïs").
+# (the names set's misses were long names cut short, "Wojciech" -> "Wojcie", names read as
+# French words when they start with a vowel, "Anaïs" -> "Il", and names written in
+# lowercase): one to four syllables, mostly three or more, rare onsets and diacritics, two
+# in five starting with a vowel (French elides before it: "de Anaïs" becomes "d'Anaïs").
 _COMMON_ONSETS = "b br c ch d dr f g gr h j k kl l m n p pr r s st t tr v w z".split()  # noqa: SIM905
 _RARE_ONSETS = "bj cz dh gh gw kw ł ph rz sh sz th ts wr x zb zh ž š č ř".split()  # noqa: SIM905
 _ONSETS = _COMMON_ONSETS * 3 + _RARE_ONSETS  # weights: a rare onset in about one syllable of five
 _PLAIN_VOWELS = "a e i o u a e i o u a e i o u ou ai ie y".split()  # noqa: SIM905
 _VOWELS = _PLAIN_VOWELS * 3 + "é è ö ü á í ó ú ë ï å ø ã".split()  # noqa: SIM905
 _CODAS = ["", "", "", "", "n", "l", "r", "s", "k", "m", "ch", "th", "ck", "sk", "lle", "gh"]
-_LENGTHS = (1, 2, 2, 2, 3, 3, 4)
+_LENGTHS = (1, 2, 2, 3, 3, 3, 4, 4)
 # How each copy is written: mostly as the corpus writes it; a sixth all in lowercase and a
 # sixth in sentence case (how nmt reads an input written in capitals: "I saw helga."), so
 # that lowercase names are copied too.
@@ -47,7 +48,7 @@ def _whole_word(word: str) -> re.Pattern[str]:
 def invented_name(rng: random.Random) -> str:
     """One to four syllables, capitalised: "Brüsan", "Kelovar", "Ørzoth"."""
     n = rng.choice(_LENGTHS)
-    vowel_start = n > 1 and rng.random() < 0.25
+    vowel_start = n > 1 and rng.random() < 0.4
     syllables = [
         ("" if i == 0 and vowel_start else rng.choice(_ONSETS))
         + rng.choice(_VOWELS)
