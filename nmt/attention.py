@@ -24,6 +24,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from nmt.local_attention import LocalScope
+
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     """Softmax over the last dim of `scores` that gives exactly zero weight where `mask` is False.
@@ -48,36 +50,80 @@ def weighted_sum(weights: Tensor, values: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    """Base class of the scorers: turns scores into weights and a context vector."""
+    """Base class of the scorers: turns scores into weights and a context vector.
+
+    `scope` is where on the source each step may look: None is global attention (every
+    position); a `nmt.local_attention.LocalScope` is Luong's local attention, a window around
+    a position per step, set by `build_attention`."""
+
+    scope: LocalScope | None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scope = None
 
     def project_keys(self, keys: Tensor) -> Tensor:
         """Prepare encoder states for scoring, once per sentence: (B, S, Dk) -> (B, S, Dp)."""
         return keys
 
     def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
-        """Unnormalised scores. query (B, T, Dq), proj_keys (B, S, Dp) -> (B, T, S)."""
+        """Unnormalised scores. query (B, T, Dq), proj_keys (B, S, Dp) -> (B, T, S), or
+        (B, H, T, S) for H heads."""
         raise NotImplementedError(f"{type(self).__name__} must define score()")
 
     def forward(
-        self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
+        self,
+        query: Tensor,
+        proj_keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        first: int = 0,
+        heads: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """Attend from one step or all steps to the source.
 
         query: (B, Dq) for one decoder step, or (B, T, Dq) for T steps in one batched product.
         proj_keys: (B, S, Dp) from `project_keys`. values: (B, S, Dv) encoder states.
-        mask: (B, S) bool, True = real source token.
+        mask: (B, S) bool, True = real source token. first: the target position of the first
+        query (local attention's windows follow it; global attention ignores it).
         Returns context (B, [T,] Dv) in the values' dtype and float32 weights (B, [T,] S)
-        that are exactly zero on padding and sum to 1 over real positions.
+        that are exactly zero on padding (and outside a local window) and sum to 1 over the
+        rest. heads=True: the weights of each head, (B, H, [T,] S) (here H = 1).
         """
         one_step = query.dim() == 2
         if one_step:
             query = query.unsqueeze(1)  # (B, 1, Dq)
-        scores = self.score(query, proj_keys)  # (B, T, S)
-        weights = masked_softmax(scores, mask.unsqueeze(1))  # (B, T, S) float32
-        context = weighted_sum(weights, values)  # (B, T, Dv)
+        scores = self.score(query, proj_keys)  # (B, [H,] T, S)
+        scores, allowed = self.scoped(scores, query, mask, first)  # mask broadcasts to scores
+        weights = masked_softmax(scores, allowed)  # (B, [H,] T, S) float32
+        context = self.context(weights, proj_keys, values)  # (B, T, Dv)
+        if weights.dim() == 4 and not heads:
+            weights = weights.mean(1)  # (B, T, S) the heads' mean
+        elif weights.dim() == 3 and heads:
+            weights = weights.unsqueeze(1)  # (B, 1, T, S) one head
         if one_step:
-            return context.squeeze(1), weights.squeeze(1)  # (B, Dv), (B, S)
+            return context.squeeze(1), weights.squeeze(-2)  # (B, Dv), (B, [H,] S)
         return context, weights
+
+    def context(self, weights: Tensor, proj_keys: Tensor, values: Tensor) -> Tensor:
+        """The weighted average of the values: weights (B, T, S) -> (B, T, Dv)."""
+        return weighted_sum(weights, values)
+
+    def scoped(
+        self, scores: Tensor, query: Tensor, mask: Tensor, first: int
+    ) -> tuple[Tensor, Tensor]:
+        """The scores and where they may go, under the scope: scores (B, [H,] T, S), query
+        (B, T, Dq), mask (B, S) -> the scores plus local-p's Gaussian term, and a bool mask
+        that broadcasts to them, True on real positions (inside the window, for a local
+        scope). Heads share one window."""
+        if self.scope is None:
+            allowed = mask.unsqueeze(1)  # (B, 1, S)
+            return scores, allowed if scores.dim() == 3 else allowed.unsqueeze(1)  # (B, 1, 1, S)
+        bias, window = self.scope(query, mask, first)  # (B, T, S) float32 or None, bool
+        if scores.dim() == 4:  # heads share the window: (B, 1, T, S)
+            bias = None if bias is None else bias.unsqueeze(1)
+            window = window.unsqueeze(1)
+        return (scores if bias is None else scores.float() + bias), window
 
 
 class DotAttention(Attention):
@@ -163,18 +209,43 @@ ATTENTIONS: dict[str, type[Attention]] = {
 
 
 def build_attention(
-    name: str, *, query_size: int, key_size: int, hidden_size: int | None
+    name: str,
+    *,
+    query_size: int,
+    key_size: int,
+    hidden_size: int | None,
+    heads: int = 1,
+    scope: str = "global",
+    window: int = 10,
 ) -> Attention:
-    """The scorer called `name`; `hidden_size` is concat's (None = query_size), unused by others."""
+    """The scorer called `name`; `hidden_size` is concat's (None = query_size), unused by
+    others. `heads` > 1: `nmt.multihead.MultiHeadAttention` of that scorer (1: the scorer
+    itself, as before heads existed). `scope` local_m / local_p: a window of `window`
+    positions either side (`nmt.local_attention`)."""
     if name not in ATTENTIONS:
         raise ValueError(
             f"model.attention: unknown scoring function {name!r}; "
             f"expected one of {', '.join(ATTENTIONS)}"
         )
+    size = query_size if hidden_size is None else hidden_size
+    attention: Attention
+    if heads > 1:
+        from nmt.multihead import MultiHeadAttention  # it builds on this module's Attention
+
+        attention = MultiHeadAttention(
+            name, heads=heads, query_size=query_size, key_size=key_size, hidden_size=size
+        )
+    else:
+        attention = _one_head(name, query_size=query_size, key_size=key_size, hidden_size=size)
+    if scope != "global":
+        attention.scope = LocalScope(scope, width=window, query_size=query_size)
+    return attention
+
+
+def _one_head(name: str, *, query_size: int, key_size: int, hidden_size: int) -> Attention:
     cls = ATTENTIONS[name]
     if issubclass(cls, ConcatAttention):
-        size = query_size if hidden_size is None else hidden_size
-        return cls(query_size=query_size, key_size=key_size, hidden_size=size)
+        return cls(query_size=query_size, key_size=key_size, hidden_size=hidden_size)
     if issubclass(cls, (DotAttention, BilinearAttention)):
         return cls(query_size=query_size, key_size=key_size)
     raise TypeError(f"build_attention: no constructor rule for {cls.__name__}")

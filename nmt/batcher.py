@@ -47,6 +47,7 @@ class _Job:
     tokens: int
     future: asyncio.Future[list[Translation]]
     gone: Callable[[], Awaitable[bool]] | None = None  # whether the client has disconnected
+    heads: bool = False  # each attention head's weights asked for
 
 
 @dataclass
@@ -90,15 +91,17 @@ class Batcher:
         *,
         beam: int,
         nbest: int,
+        heads: bool = False,
         gone: Callable[[], Awaitable[bool]] | None = None,
     ) -> list[Translation]:
-        """The translations of `sentences`, decoded with those of other requests. `gone`
-        says whether the caller has left: then the request is dropped before decoding.
+        """The translations of `sentences`, decoded with those of other requests (`heads`:
+        with each attention head's weights). `gone` says whether the caller has left: then
+        the request is dropped before decoding.
         Raises Busy when the queue is full, TooSlow past `Limits.request_seconds`."""
         sources = self.translator.prepare(sentences)
         tokens = sum(len(s.pieces.ids) + 1 for s in sources)  # EOS included
         future = asyncio.get_running_loop().create_future()
-        job = _Job(sources, beam, nbest, tokens, future, gone)
+        job = _Job(sources, beam, nbest, tokens, future, gone, heads)
         try:
             self._queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -134,7 +137,9 @@ class Batcher:
                     n + len(job.sentences) <= self.limits.batch_sentences
                     and tokens + job.tokens <= self.limits.batch_tokens
                 )
-                if (job.beam, job.nbest) != (first.beam, first.nbest) or not fits:
+                if (job.beam, job.nbest, job.heads) != (first.beam, first.nbest, first.heads):
+                    fits = False  # decoded alike, or in a group of its own
+                if not fits:
                     waiting = job  # the first of the next group
                     break
                 group.append(job)
@@ -176,6 +181,7 @@ class Batcher:
             nbest=like.nbest,
             batch_size=len(sentences),  # the batch is formed already: one search
             progress=False,
+            with_heads=like.heads,
         )
         out = await asyncio.get_running_loop().run_in_executor(self._executor, call)
         self.counters.batches += 1

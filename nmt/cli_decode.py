@@ -19,6 +19,7 @@ from nmt.cli_shared import (
     BeamOpt,
     DeviceOpt,
     FullVocabOpt,
+    Int8Opt,
     ModelOpt,
     PrecisionOpt,
     ProgressOpt,
@@ -64,6 +65,7 @@ def translate(
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
     full_vocab: FullVocabOpt = False,
+    int8: Int8Opt = False,
     show_attention: Annotated[
         bool,
         typer.Option(
@@ -81,6 +83,16 @@ def translate(
             metavar="FILE.png",
         ),
     ] = None,
+    head: Annotated[
+        int,
+        typer.Option(
+            "--head",
+            min=0,
+            help="With --show-attention / --attention-plot: show attention head K (1 .. the "
+            "model's model.attention_heads) instead of the heads' mean.",
+            metavar="K",
+        ),
+    ] = 0,
     progress: ProgressOpt = None,
     interactive: Annotated[
         bool,
@@ -122,32 +134,54 @@ def translate(
             check_output(output, "--output", inputs)
             if attention_plot is not None and attention_plot.absolute() == output.absolute():
                 raise NmtError(f"--attention-plot {attention_plot}: is also --output")
+        if head and not (show_attention or attention_plot is not None):
+            raise NmtError(f"--head {head}: shows with --show-attention or --attention-plot")
         if interactive or (not sentences and input_ is None and sys.stdin.isatty()):
+            translator = load_translator(model, device, precision, full_vocab=full_vocab, int8=int8)
+            _check_head(head, translator)
             _interactive(
-                load_translator(model, device, precision, full_vocab=full_vocab),
+                translator,
                 beam=beam,
                 nbest=nbest,
                 show_attention=show_attention,
                 attention_plot=attention_plot,
+                head=head,
             )
             return
         lines = list(sentences) if sentences else read_lines(input_)
         if attention_plot is not None:
             check_plot_paths(attention_plot, len(lines))
-        translator = load_translator(model, device, precision, full_vocab=full_vocab)
+        translator = load_translator(model, device, precision, full_vocab=full_vocab, int8=int8)
+        _check_head(head, translator)
         out = translator.translate(
             lines,
             beam=beam,
             nbest=nbest,
             batch_size=batch_size,
             progress=show_progress(progress),
+            with_heads=head > 0,
         )
         blocks = [_lines_of(t, i, nbest) for i, t in enumerate(out)]
         if output is not None:
             write_lines(output, [line for block in blocks for line in block])
         plots = plot_paths(attention_plot, len(out)) if attention_plot else [None] * len(out)
         for t, block, plot in zip(out, blocks, plots, strict=True):
-            _show(t, block if output is None else [], show_attention=show_attention, plot=plot)
+            shown = block if output is None else []
+            _show(t, shown, show_attention=show_attention, plot=plot, head=head)
+
+
+def _check_head(head: int, translator: Translator) -> None:
+    """--head K names one of the model's heads (0: their mean, always there)."""
+    count = translator.heads
+    if head == 0:
+        return
+    if count is None:
+        raise NmtError(f"--head {head}: an ensemble's heads are no one model's; leave --head out")
+    if head > count:
+        raise NmtError(
+            f"--head {head}: the model has {count} attention head(s) "
+            f"(model.attention_heads); expected 1 to {count}"
+        )
 
 
 def _lines_of(t: Translation, i: int, nbest: int) -> list[str]:
@@ -157,14 +191,22 @@ def _lines_of(t: Translation, i: int, nbest: int) -> list[str]:
     return [t.text]
 
 
-def _show(t: Translation, lines: list[str], *, show_attention: bool, plot: Path | None) -> None:
+def _show(
+    t: Translation, lines: list[str], *, show_attention: bool, plot: Path | None, head: int = 0
+) -> None:
     """Print a translation's lines, its attention matrix if asked, and draw its heatmap to
-    `plot` (an empty input has no attention to draw)."""
+    `plot` (an empty input has no attention to draw); head K > 0: that head's weights."""
+    import dataclasses
+
     from nmt.display import format_attention, plot_attention
 
     for line in lines:
         typer.echo(line)
+    if head:
+        t = dataclasses.replace(t, attention=t.attention_of(head))
     if show_attention:
+        if head:
+            typer.echo(f"attention head {head}:")
         typer.echo(format_attention(t) + "\n")
     if plot is not None and t.src_tokens:
         plot_attention(t, plot)
@@ -178,6 +220,7 @@ def _interactive(
     nbest: int,
     show_attention: bool,
     attention_plot: Path | None,
+    head: int = 0,
 ) -> None:
     """Translate stdin line by line as it comes (the model loaded once), each translation
     printed and flushed at once with its time on stderr; end of input (Ctrl-D) leaves."""
@@ -189,13 +232,15 @@ def _interactive(
         typer.echo("type a sentence and press Enter; Ctrl-D leaves", err=True)
     for i, line in enumerate(_stdin_lines()):
         start = time.perf_counter()
-        (t,) = translator.translate([line.rstrip("\r\n")], beam=beam, nbest=nbest, progress=False)
+        (t,) = translator.translate(
+            [line.rstrip("\r\n")], beam=beam, nbest=nbest, progress=False, with_heads=head > 0
+        )
         seconds = time.perf_counter() - start
         plot = numbered_path(attention_plot, i + 1) if attention_plot is not None else None
         if plot is not None and plot.exists():  # a file nmt was not asked to replace
             warn(f"--attention-plot: {plot} exists; not replaced (no plot for line {i + 1})")
             plot = None
-        _show(t, _lines_of(t, i, nbest), show_attention=show_attention, plot=plot)
+        _show(t, _lines_of(t, i, nbest), show_attention=show_attention, plot=plot, head=head)
         sys.stdout.flush()  # the answer first, then its time on stderr
         typer.echo(f"({seconds:.2f} s)", err=True)
 
@@ -239,6 +284,7 @@ def eval_(
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
     full_vocab: FullVocabOpt = False,
+    int8: Int8Opt = False,
     lowercase: Annotated[
         bool, typer.Option("--lowercase", help="Case-insensitive scores (sacrebleu -lc).")
     ] = False,
@@ -289,7 +335,7 @@ def eval_(
             check_output(output, "--output", model_inputs(model) + given_files)
         metrics = [m for m, on in (("bleu", bleu), ("chrf", chrf)) if on] or ["bleu"]
         given = read_test_set(src, ref) if src is not None and ref is not None else None
-        translator = load_translator(model, device, precision, full_vocab=full_vocab)
+        translator = load_translator(model, device, precision, full_vocab=full_vocab, int8=int8)
         sets = choose_test_sets(
             translator.config, translator.run_dir, given=given, other=other, other_path=tests_of
         )

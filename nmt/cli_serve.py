@@ -10,7 +10,14 @@ from typing import Annotated
 
 import typer
 
-from nmt.cli_shared import DeviceOpt, ModelOpt, PrecisionOpt, load_translator, user_errors
+from nmt.cli_shared import (
+    DeviceOpt,
+    Int8Opt,
+    ModelOpt,
+    PrecisionOpt,
+    load_translator,
+    user_errors,
+)
 from nmt.errors import NmtError
 from nmt.limits import RANGES, Limits
 
@@ -23,6 +30,7 @@ def serve(
     port: Annotated[int, typer.Option("--port", help="Port; 0 picks a free one.")] = 8080,
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
+    int8: Int8Opt = False,
     max_batch: Annotated[
         int,
         typer.Option(
@@ -109,7 +117,7 @@ def serve(
             header_seconds=header_timeout,
             body_seconds=body_timeout,
         )
-        translator = load_translator(model, device, precision)
+        translator = load_translator(model, device, precision, int8=int8)
         run_server(
             translator, ServeOptions(host=host, port=port, limits=limits, log_level=log_level)
         )

@@ -177,6 +177,18 @@ class ModelConfig:
         "bahdanau -> concat)",
     )
     attention_size: int | None = _opt(None, min=1, help="concat's hidden size; default dec_hidden")
+    # Luong's local attention and multi-head attention (nmt/local_attention.py, nmt/multihead.py)
+    attention_scope: Literal["global", "local_m", "local_p"] = _opt(
+        "global",
+        help="global: every source position; local_m: a window around p_t = t; local_p: "
+        "around a predicted p_t, Gaussian-weighted",
+    )
+    attention_window: int = _opt(10, min=1, help="local attention's D: positions either side")
+    attention_heads: int = _opt(
+        1,
+        min=1,
+        help="attention heads (1: one scorer, as ever); must divide dec_hidden, 2 x enc_hidden",
+    )
     decoder: Literal["bahdanau", "luong"] = _opt(
         "bahdanau",
         help="bahdanau: attends from s_{t-1}, context into the RNN; luong: from s_t, "
@@ -347,6 +359,7 @@ def _cross_checks(cfg: Config) -> list[str]:
         )
     if m.input_feeding and m.decoder != "luong":
         problems.append("model.input_feeding: only the luong decoder feeds its output back")
+    problems += _heads_checks(m)
     if m.bridge == "copy" and m.dec_hidden != 2 * m.enc_hidden:
         problems.append(
             f"model.bridge: copy needs dec_hidden = 2 x enc_hidden ({2 * m.enc_hidden}), "
@@ -365,6 +378,23 @@ def _cross_checks(cfg: Config) -> list[str]:
             f"train.device: {show(cfg.train.device)} is not allowed; expected {DEVICES}"
         )
     return problems
+
+
+def heads_problems(heads: int, sizes: dict[str, int]) -> list[str]:
+    """Each head takes an equal slice of the query, the encoder states and concat's units:
+    `sizes` names each width the heads split."""
+    return [
+        f"model.attention_heads: {heads} heads must divide {name} ({size})"
+        for name, size in sizes.items()
+        if size % heads
+    ]
+
+
+def _heads_checks(m: ModelConfig) -> list[str]:
+    sizes = {"dec_hidden": m.dec_hidden, "2 x enc_hidden": 2 * m.enc_hidden}
+    if m.attention == "concat":
+        sizes["attention_size"] = m.attention_size or m.dec_hidden
+    return heads_problems(m.attention_heads, sizes)
 
 
 def _corpora_checks(d: DataConfig) -> list[str]:

@@ -59,6 +59,7 @@ class DecoderState:
     hidden: Tensor  # (Ld, B, Hd)
     cell: Tensor | None = None  # (Ld, B, Hd) LSTM only
     feed: Tensor | None = None  # (B, Hd) Luong input feeding: the previous attentional output
+    t: int = 0  # the target position the next step predicts (local attention's windows)
 
     def select(self, index: Tensor) -> DecoderState:
         """The hypotheses at `index` (B',), in that order: beam search reorders with it."""
@@ -66,6 +67,7 @@ class DecoderState:
             hidden=self.hidden.index_select(1, index),
             cell=None if self.cell is None else self.cell.index_select(1, index),
             feed=None if self.feed is None else self.feed.index_select(0, index),
+            t=self.t,
         )
 
     def rnn_state(self) -> RNNState:
@@ -133,9 +135,13 @@ def fused_loop(
     decoder: BahdanauDecoder | LuongDecoder, emb: Tensor, state: DecoderState, enc: Encoded
 ) -> tuple[Tensor, ...] | None:
     """The teacher-forced loop by `nmt.recurrence` (same numbers, one weight-gradient product
-    per weight), or None where it does not apply: LSTM, several layers, an unknown scorer."""
-    rnn, scorer = decoder.rnn, scorer_of(decoder.attention)
-    if not decoder.fused or not isinstance(rnn, nn.GRU) or rnn.num_layers != 1 or scorer is None:
+    per weight), or None where it does not apply: LSTM, several layers, several heads, an
+    unknown scorer."""
+    rnn = decoder.rnn  # int8 (`nmt.int8`): a quantized GRU, not nn.GRU
+    if not decoder.fused or not isinstance(rnn, nn.GRU) or rnn.num_layers != 1:
+        return None
+    scorer = scorer_of(decoder.attention)
+    if scorer is None:
         return None
     size = emb.size(-1)
     w_ih, w_hh, b_ih, b_hh = rnn.all_weights[0]  # w_ih (3Hd, E + R): the embedding's first
@@ -190,16 +196,18 @@ class BahdanauDecoder(nn.Module):
         return DecoderState(hidden=enc.final, cell=enc.final_cell)
 
     def _step_core(
-        self, emb: Tensor, state: DecoderState, enc: Encoded
+        self, emb: Tensor, state: DecoderState, enc: Encoded, heads: bool = False
     ) -> tuple[Tensor, Tensor, DecoderState, Tensor]:
         """One step: emb (B, E) -> new top state s_t (B, Hd), context c_t (B, 2He), state,
-        attention (B, S)."""
+        attention (B, [H,] S)."""
         query = state.hidden[-1]  # (B, Hd) s_{t-1}, top layer
-        context, weights = self.attention(query, enc.keys, enc.states, enc.mask)
+        context, weights = self.attention(
+            query, enc.keys, enc.states, enc.mask, first=state.t, heads=heads
+        )
         rnn_in = torch.cat([emb, context], dim=-1).unsqueeze(1)  # (B, 1, E + 2He)
         out, new = run_rnn(self.rnn, rnn_in, state.rnn_state())
         h, c = split_rnn_state(new)
-        return out.squeeze(1), context, DecoderState(hidden=h, cell=c), weights
+        return out.squeeze(1), context, DecoderState(hidden=h, cell=c, t=state.t + 1), weights
 
     def _pre_output(self, s: Tensor, context: Tensor, emb: Tensor) -> Tensor:
         """(B, [T,] Hd), (B, [T,] 2He), (B, [T,] E) -> (B, [T,] Hd)."""
@@ -212,21 +220,24 @@ class BahdanauDecoder(nn.Module):
         s, context, state, weights = self._step_core(emb, state, enc)
         return self._pre_output(s, context, emb), state, weights
 
-    def forward(self, emb: Tensor, state: DecoderState, enc: Encoded) -> tuple[Tensor, Tensor]:
-        """Teacher forcing: emb (B, T, E) -> pre-outputs (B, T, Hd), attention (B, T, S)."""
-        fused = fused_loop(self, emb, state, enc)
+    def forward(
+        self, emb: Tensor, state: DecoderState, enc: Encoded, heads: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: emb (B, T, E) -> pre-outputs (B, T, Hd), attention (B, T, S)
+        (heads=True: each head's, (B, H, T, S))."""
+        fused = None if heads else fused_loop(self, emb, state, enc)
         if fused is not None:
             s_all, c_all, w_all = fused  # (B, T, Hd), (B, T, 2He), (B, T, S)
             return self._pre_output(s_all, c_all, emb), w_all
         states, contexts, weights = [], [], []
         for t in range(emb.size(1)):
-            s, context, state, w = self._step_core(emb[:, t], state, enc)
+            s, context, state, w = self._step_core(emb[:, t], state, enc, heads)
             states.append(s)
             contexts.append(context)
             weights.append(w)
         s_all = torch.stack(states, dim=1)  # (B, T, Hd)
         c_all = torch.stack(contexts, dim=1)  # (B, T, 2He)
-        return self._pre_output(s_all, c_all, emb), torch.stack(weights, dim=1)
+        return self._pre_output(s_all, c_all, emb), torch.stack(weights, dim=-2)
 
 
 class LuongDecoder(nn.Module):
@@ -269,21 +280,24 @@ class LuongDecoder(nn.Module):
         feed = enc.final.new_zeros(enc.final.shape[1:]) if self.input_feeding else None  # (B, Hd)
         return DecoderState(hidden=enc.final, cell=enc.final_cell, feed=feed)
 
-    def _attend(self, s: Tensor, enc: Encoded) -> tuple[Tensor, Tensor]:
-        """s (B, [T,] Hd) -> h̃ (B, [T,] Hd), attention (B, [T,] S)."""
-        context, weights = self.attention(s, enc.keys, enc.states, enc.mask)
+    def _attend(
+        self, s: Tensor, enc: Encoded, first: int, heads: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """s (B, [T,] Hd) at target positions first, first + 1, ... -> h̃ (B, [T,] Hd),
+        attention (B, [H,] [T,] S)."""
+        context, weights = self.attention(s, enc.keys, enc.states, enc.mask, first, heads)
         return torch.tanh(self.combine(torch.cat([context, s], dim=-1))), weights
 
     def _step_core(
-        self, emb: Tensor, state: DecoderState, enc: Encoded
+        self, emb: Tensor, state: DecoderState, enc: Encoded, heads: bool = False
     ) -> tuple[Tensor, DecoderState, Tensor]:
-        """One step: emb (B, E) -> h̃_t (B, Hd), new state, attention (B, S)."""
+        """One step: emb (B, E) -> h̃_t (B, Hd), new state, attention (B, [H,] S)."""
         rnn_in = emb if state.feed is None else torch.cat([emb, state.feed], dim=-1)
         out, new = run_rnn(self.rnn, rnn_in.unsqueeze(1), state.rnn_state())  # (B, 1, Hd)
         h, c = split_rnn_state(new)
-        h_tilde, weights = self._attend(out.squeeze(1), enc)
+        h_tilde, weights = self._attend(out.squeeze(1), enc, state.t, heads)
         feed = h_tilde if self.input_feeding else None
-        return h_tilde, DecoderState(hidden=h, cell=c, feed=feed), weights
+        return h_tilde, DecoderState(hidden=h, cell=c, feed=feed, t=state.t + 1), weights
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: Encoded
@@ -291,20 +305,24 @@ class LuongDecoder(nn.Module):
         """emb (B, E) embedded y_{t-1} -> pre-output h̃_t (B, Hd), new state, attention (B, S)."""
         return self._step_core(emb, state, enc)
 
-    def forward(self, emb: Tensor, state: DecoderState, enc: Encoded) -> tuple[Tensor, Tensor]:
-        """Teacher forcing: emb (B, T, E) -> pre-outputs h̃ (B, T, Hd), attention (B, T, S)."""
+    def forward(
+        self, emb: Tensor, state: DecoderState, enc: Encoded, heads: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: emb (B, T, E) -> pre-outputs h̃ (B, T, Hd), attention (B, T, S)
+        (heads=True: each head's, (B, H, T, S))."""
         if not self.input_feeding:
             out, _ = run_rnn(self.rnn, emb, state.rnn_state())  # (B, T, Hd)
-            return self._attend(out, enc)
-        fused = fused_loop(self, emb, state, enc)
+            return self._attend(out, enc, state.t, heads)
+        fused = None if heads else fused_loop(self, emb, state, enc)
         if fused is not None:
             return fused[0], fused[1]  # (B, T, Hd), (B, T, S)
         outputs, weights = [], []
         for t in range(emb.size(1)):
-            h_tilde, state, w = self._step_core(emb[:, t], state, enc)
+            h_tilde, state, w = self._step_core(emb[:, t], state, enc, heads)
             outputs.append(h_tilde)
             weights.append(w)
-        return torch.stack(outputs, dim=1), torch.stack(weights, dim=1)  # (B, T, Hd), (B, T, S)
+        # (B, T, Hd), (B, [H,] T, S)
+        return torch.stack(outputs, dim=1), torch.stack(weights, dim=-2)
 
 
 Decoder = BahdanauDecoder | LuongDecoder

@@ -167,6 +167,7 @@ class Output:
     attention: Tensor  # (B, T, S) float32, zero on padding
     src: Tensor  # (B, S) the source ids
     gate: Tensor | None = None  # (B, T) float32 logit of g (generate); None: no copy attention
+    heads: Tensor | None = None  # (B, H, T, S) each head's weights, when asked for
 
     @property
     def copied(self) -> Tensor | None:
@@ -254,16 +255,23 @@ class Seq2Seq(nn.Module):
         gate = self.copy_gate(pre, weighted_sum(weights, enc.states), emb)  # (B,)
         return mixture_log_probs(logits, gate, weights, enc.src), state, weights
 
-    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor) -> Output:
+    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, heads: bool = False) -> Output:
         """Teacher forcing: src (B, S) int64, src_lens (B,) int64 CPU, tgt_in (B, T) int64
-        starting with BOS -> logits (B, T, V), attention (B, T, S), copy gate (B, T)."""
+        starting with BOS -> logits (B, T, V), attention (B, T, S), copy gate (B, T), and
+        with heads=True each attention head's weights (B, H, T, S)."""
         enc = self.encode(src, src_lens)
         emb = self.dropout(self.tgt_embed(tgt_in))  # (B, T, E)
-        pre, weights = self.decoder(emb, self.init_state(enc), enc)  # (B, T, D), (B, T, S)
+        pre, weights = self.decoder(
+            emb, self.init_state(enc), enc, heads
+        )  # (B, T, D), (B, [H,] T, S)
+        per_head = None
+        if heads:
+            per_head, weights = weights, weights.mean(1)  # (B, H, T, S), (B, T, S)
         gate = None
         if self.copy_gate is not None:  # the mixture itself is formed by the loss
             gate = self.copy_gate(pre, weighted_sum(weights, enc.states), emb)  # (B, T)
-        return Output(logits=self.generator(pre), attention=weights, src=src, gate=gate)
+        logits = self.generator(pre)
+        return Output(logits=logits, attention=weights, src=src, gate=gate, heads=per_head)
 
 
 def _embedding(vocab_size: int, size: int, pad_id: int) -> nn.Embedding:
@@ -326,6 +334,42 @@ def build_model(
     return model
 
 
+def _decoder(cfg: ModelConfig, *, context_size: int) -> Decoder:
+    """The decoder `cfg` names, with its attention, over encoder states of `context_size`."""
+    attention = build_attention(
+        cfg.attention,
+        query_size=cfg.dec_hidden,
+        key_size=context_size,
+        hidden_size=cfg.attention_size,
+        heads=cfg.attention_heads,
+        scope=cfg.attention_scope,
+        window=cfg.attention_window,
+    )
+    decoder: Decoder
+    if cfg.decoder == "bahdanau":
+        decoder = BahdanauDecoder(
+            cell=cfg.cell,
+            emb_size=cfg.emb_size,
+            context_size=context_size,
+            hidden_size=cfg.dec_hidden,
+            num_layers=cfg.dec_layers,
+            dropout=cfg.dropout,
+            attention=attention,
+        )
+    else:
+        decoder = LuongDecoder(
+            cell=cfg.cell,
+            emb_size=cfg.emb_size,
+            context_size=context_size,
+            hidden_size=cfg.dec_hidden,
+            num_layers=cfg.dec_layers,
+            dropout=cfg.dropout,
+            attention=attention,
+            input_feeding=cfg.input_feeding,
+        )
+    return decoder
+
+
 def _assemble(
     cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int, shared_vocab: bool
 ) -> Seq2Seq:
@@ -357,34 +401,7 @@ def _assemble(
             lstm=cfg.cell == "lstm",
             copy=cfg.bridge == "copy",
         )
-    attention = build_attention(
-        cfg.attention,
-        query_size=cfg.dec_hidden,
-        key_size=encoder.output_size,
-        hidden_size=cfg.attention_size,
-    )
-    decoder: Decoder
-    if cfg.decoder == "bahdanau":
-        decoder = BahdanauDecoder(
-            cell=cfg.cell,
-            emb_size=cfg.emb_size,
-            context_size=encoder.output_size,
-            hidden_size=cfg.dec_hidden,
-            num_layers=cfg.dec_layers,
-            dropout=cfg.dropout,
-            attention=attention,
-        )
-    else:
-        decoder = LuongDecoder(
-            cell=cfg.cell,
-            emb_size=cfg.emb_size,
-            context_size=encoder.output_size,
-            hidden_size=cfg.dec_hidden,
-            num_layers=cfg.dec_layers,
-            dropout=cfg.dropout,
-            attention=attention,
-            input_feeding=cfg.input_feeding,
-        )
+    decoder = _decoder(cfg, context_size=encoder.output_size)
     generator = Generator(
         input_size=decoder.output_size,
         vocab_size=tgt_vocab_size,

@@ -9,19 +9,26 @@ then one product over all B·T rows, as cuDNN's RNNs do; the input half of the g
 depends on the target embeddings only is computed outside, once for all steps.
 tests/test_recurrence.py compares both paths, values and gradients.
 
-Covers a 1-layer GRU decoder with any scorer. The attention weights it returns carry a
-gradient (copy attention's loss reads them); a loss that does not read them costs nothing
-for it (no gradient is materialised). Inside, matrix products run in the autocast dtype when
-autocast is on (weights cast once per batch, not once per step) and the gate arithmetic,
-softmax and saved states in float32, as cuDNN does for half-precision RNNs.
+Covers a 1-layer GRU decoder with any single-head scorer, global or local (Luong's local-m
+and local-p windows, `nmt.local_attention`'s own functions; local-p's position predictor
+gets its gradient here too). The attention
+weights it returns carry a gradient (copy attention's loss reads them); a loss that does not
+read them costs nothing for it (no gradient is materialised). Inside, matrix products run
+in the autocast dtype when autocast is on (weights cast once per batch, not once per step)
+and the gate arithmetic, softmax and saved states in float32, as cuDNN does for
+half-precision RNNs.
 
 Shape legend: B batch, T target steps, S source length, H decoder hidden size, R the size of
 the recurrent input's non-embedding part (Luong: H, the fed-back output; Bahdanau: Dv, the
 context), Dp projected key size, Dv value size, A the concat scorer's hidden size.
 """
 
+# long: one forward and its hand-written backward, step by step, for two decoders, four
+# scorers and local attention; split, each half would need the other's saved names.
+
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +43,7 @@ from nmt.attention import (
     ScaledDotAttention,
     masked_softmax,
 )
+from nmt.local_attention import centres_monotonic, window_mask
 
 # g · (1 - y²) and g · y (1 - y) from the output y, each one pass (autograd's own kernels).
 _tanh_backward = torch.ops.aten.tanh_backward
@@ -51,6 +59,17 @@ class Scorer:
     w_q: Tensor | None = None  # (A, H) concat's query projection
     b_q: Tensor | None = None  # (A,)
     v: Tensor | None = None  # (1, A)
+    # where attention may look (nmt.local_attention): global, or a window of D positions
+    # either side of p_t = t (local_m) or of a predicted p_t (local_p: W_p, v_p)
+    scope: str = "global"
+    width: int = 0
+    w_p: Tensor | None = None  # (H, H)
+    v_p: Tensor | None = None  # (1, H)
+
+    @property
+    def static(self) -> tuple[float, str, int]:
+        """What `_Run` takes besides tensors."""
+        return self.scale, self.scope, self.width
 
 
 class _Loop(torch.autograd.Function):
@@ -58,10 +77,10 @@ class _Loop(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, scale: float, gi_emb: Tensor, h0: Tensor, *params: Any
+        ctx: Any, static: tuple[float, str, int], gi_emb: Tensor, h0: Tensor, *params: Any
     ) -> tuple[Tensor, ...]:
-        # params: w_ir, w_hh, b_hh, w_c, w_q, b_q, v, keys, values, mask (as in `_Run`)
-        run = _Run(scale, *params)
+        # params: w_ir, w_hh, b_hh, w_c, w_q, b_q, v, w_p, v_p, keys, values, mask (`_Run`)
+        run = _Run(static, *params)
         outs = run.forward(gi_emb, h0, keep=True)
         ctx.run = run
         ctx.dtypes = (gi_emb.dtype, h0.dtype, run.keys_in.dtype, run.values_in.dtype)
@@ -72,21 +91,14 @@ class _Loop(torch.autograd.Function):
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
         run: _Run = ctx.run
         ctx.run = None  # free the saved steps as soon as the backward is done
-        g_gi, g_h0, g_w_ir, g_w_hh, g_b_hh, g_w_c, g_w_q, g_b_q, g_v, g_keys, g_values = (
-            run.backward(grads)
-        )
+        *g_weights, g_keys, g_values = run.backward(grads)
+        g_gi, g_h0, *g_params = g_weights
         dt_gi, dt_h0, dt_k, dt_v = ctx.dtypes
         return (
             None,
             g_gi.to(dt_gi),
             g_h0.to(dt_h0),
-            g_w_ir,
-            g_w_hh,
-            g_b_hh,
-            g_w_c,
-            g_w_q,
-            g_b_q,
-            g_v,
+            *g_params,  # w_ir, w_hh, b_hh, w_c, w_q, b_q, v, w_p, v_p
             g_keys.to(dt_k),
             g_values.to(dt_v),
             None,
@@ -99,7 +111,7 @@ class _Run:
 
     def __init__(
         self,
-        scale: float,
+        static: tuple[float, str, int],
         w_ir: Tensor,
         w_hh: Tensor,
         b_hh: Tensor,
@@ -107,6 +119,8 @@ class _Run:
         w_q: Tensor | None,
         b_q: Tensor | None,
         v: Tensor | None,
+        w_p: Tensor | None,
+        v_p: Tensor | None,
         keys: Tensor,
         values: Tensor,
         mask: Tensor,
@@ -114,14 +128,19 @@ class _Run:
         dev = keys.device.type
         # Autocast's dtype for products, cast here once; float32 everywhere else.
         self.cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
-        self.scale, self.mask = scale, mask
-        self.params = (w_ir, w_hh, b_hh, w_c, w_q, b_q, v)
+        self.scale, self.scope, self.width = static
+        self.mask = mask
+        self.params = (w_ir, w_hh, b_hh, w_c, w_q, b_q, v, w_p, v_p)
         self.w_ir, self.w_hh = self._c(w_ir), self._c(w_hh)
         self.w_c = None if w_c is None else self._c(w_c)
         self.w_q = None if w_q is None else self._c(w_q)
         self.b_hh = self._c(b_hh)
         self.b_q = None if b_q is None else self._c(b_q)
         self.v = None if v is None else v.float().squeeze(0)  # (A,)
+        self.w_p = None if w_p is None else self._c(w_p)  # local-p's predictor
+        self.v_p = None if v_p is None else v_p.float().squeeze(0)  # (H,)
+        self.var = (self.width / 2) ** 2  # local-p's Gaussian: σ² = (D/2)²
+        self.lengths = mask.sum(-1)  # (B,) real lengths
         self.keys_in, self.values_in = keys, values
         self.keys, self.values = keys.float(), values.float()  # (B, S, Dp), (B, S, Dv)
         self.keys_c, self.values_c = self._c(keys), self._c(values)
@@ -135,8 +154,9 @@ class _Run:
         """x (N, in) @ wᵀ with w (out, in) already cast -> (N, out) float32."""
         return (self._c(x) @ w.t()).float()
 
-    def _attend(self, q: Tensor, s: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """query (B, H) -> context (B, Dv), weights (B, S); saves what the backward needs."""
+    def _attend(self, q: Tensor, t: int, s: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """query (B, H) at step t -> context (B, Dv), weights (B, S); saves what the backward
+        needs."""
         if self.w_q is None:
             scores = torch.bmm(self.keys_c, self._c(q).unsqueeze(2)).squeeze(2).float()
             scores = scores * self.scale if self.scale != 1.0 else scores  # (B, S)
@@ -146,10 +166,41 @@ class _Run:
             hid = torch.tanh(qp.unsqueeze(1) + self.keys)  # (B, S, A)
             scores = hid @ self.v  # (B, S)
             s["hid"] = hid
-        alpha = masked_softmax(scores, self.mask)  # (B, S) float32
+        mask = self.mask  # (B, S)
+        if self.scope != "global":
+            scores, mask = self._window(q, t, scores, s)
+        alpha = masked_softmax(scores, mask)  # (B, S) float32
         context = torch.bmm(self._c(alpha).unsqueeze(1), self.values_c).squeeze(1).float()
         s["q"], s["alpha"] = q, alpha
         return context, alpha  # (B, Dv), (B, S)
+
+    def _window(
+        self, q: Tensor, t: int, scores: Tensor, s: dict[str, Tensor]
+    ) -> tuple[Tensor, Tensor]:
+        """Local attention at step t (`nmt.local_attention.LocalScope`): the mask (B, S) cut
+        to |s − p_t| <= D, with p_t = t (local-m) or (L − 1) σ(v_pᵀ tanh(W_p q)) (local-p,
+        whose scores (B, S) gain −(s − p_t)²/2σ²)."""
+        if self.w_p is None or self.v_p is None:  # local-m
+            centres = centres_monotonic(self.lengths, t, 1)  # (B, 1)
+            return scores, window_mask(centres, self.mask, self.width)[0].squeeze(1)
+        u = torch.tanh(self._mm(q, self.w_p))  # (B, H)
+        share = torch.sigmoid(u @ self.v_p)  # (B,)
+        last = (self.lengths - 1).clamp(min=0).float()  # (B,)
+        window, offsets = window_mask((share * last).unsqueeze(1), self.mask, self.width)
+        offsets = offsets.squeeze(1)  # (B, S) s − p_t
+        s.update(p_u=u, p_share=share, p_offsets=offsets, p_last=last)  # p_: the predictor's
+        return scores - offsets**2 / (2 * self.var), window.squeeze(1)
+
+    def _window_back(self, ds: Tensor, s: dict[str, Tensor], acc: dict[str, list]) -> Tensor:
+        """Gradient of the windowed scores (B, S) -> the query's share through p (B, H)."""
+        assert self.w_p is not None and self.v_p is not None
+        u, share = s["p_u"], s["p_share"]
+        dp = (ds * s["p_offsets"]).sum(-1) / self.var  # (B,) d/dp of −(s − p)²/2σ²
+        dz = dp * s["p_last"] * share * (1 - share)  # (B,)
+        d_pre = _tanh_backward(dz.unsqueeze(1) * self.v_p, u)  # (B, H)
+        acc["d_pre_p"].append(d_pre)
+        acc["d_vp"].append(dz @ u)  # (H,)
+        return self._mm(d_pre, self.w_p.t())  # (B, H)
 
     def _gru(self, gi: Tensor, h: Tensor, x: Tensor, s: dict[str, Tensor]) -> Tensor:
         """gi (B, 3H) input gates from the embedding, h (B, H), x (B, R) -> new h (B, H)."""
@@ -176,13 +227,13 @@ class _Run:
             s: dict[str, Tensor] = {}
             if self.w_c is not None:  # Luong
                 h = self._gru(gi_emb[:, t], h, feed, s)
-                context, alpha = self._attend(h, s)
+                context, alpha = self._attend(h, t, s)
                 u = torch.cat([context, h], dim=-1)  # (B, Dv + H)
                 feed = torch.tanh(self._mm(u, self.w_c))  # (B, H) h̃_t
                 s.update(u=u, out=feed)
                 outs.append(feed)
             else:
-                context, alpha = self._attend(h, s)  # attends with s_{t-1}
+                context, alpha = self._attend(h, t, s)  # attends with s_{t-1}
                 h = self._gru(gi_emb[:, t], h, context, s)
                 outs.append(h)
                 contexts.append(context)
@@ -206,10 +257,12 @@ class _Run:
             d_alpha = d_alpha + g_alpha
         ds = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))  # (B, S) softmax'
         acc["dc"].append(dc)
+        d_q = None if self.w_p is None else self._window_back(ds, s, acc)  # (B, H) via p
         if self.w_q is None:
             ds = ds * self.scale if self.scale != 1.0 else ds
             acc["ds"].append(ds)
-            return torch.bmm(ds.unsqueeze(1), self.keys).squeeze(1)  # (B, Dp = H)
+            d_q_scores = torch.bmm(ds.unsqueeze(1), self.keys).squeeze(1)  # (B, Dp = H)
+            return d_q_scores if d_q is None else d_q_scores + d_q
         hid = s["hid"]  # (B, S, A)
         assert self.v is not None
         d_pre = _tanh_backward(ds.unsqueeze(2) * self.v, hid)  # (B, S, A)
@@ -221,7 +274,8 @@ class _Run:
             acc["d_keys"].append(d_pre)
             acc["d_v"].append(hid.flatten(0, 1).t() @ ds.flatten())  # (A,)
         acc["d_qp"].append(d_qp)
-        return self._mm(d_qp, self.w_q.t())  # (B, H)
+        d_q_scores = self._mm(d_qp, self.w_q.t())  # (B, H)
+        return d_q_scores if d_q is None else d_q_scores + d_q
 
     def _gru_back(self, dh: Tensor, s: dict[str, Tensor], acc: dict[str, list]) -> tuple:
         """Gradient of the new h (B, H) -> gradients of gi (B, 3H), h (B, H), x (B, R)."""
@@ -255,9 +309,8 @@ class _Run:
         def g_alpha(t: int) -> Tensor | None:
             return None if g_w is None else g_w[:, t].float()
 
-        acc: dict[str, list] = {
-            k: [] for k in ("d_gi", "d_gh", "d_c", "dc", "ds", "d_qp", "d_keys", "d_v")
-        }
+        names = ("d_gi", "d_gh", "d_c", "dc", "ds", "d_qp", "d_keys", "d_v", "d_pre_p", "d_vp")
+        acc: dict[str, list] = {k: [] for k in names}
         d_gi_all = []
         dh = first.new_zeros(B, H)  # into h_t from step t + 1
         d_feed = first.new_zeros(B, H)  # Luong: into h̃_t from step t + 1
@@ -292,7 +345,7 @@ class _Run:
         def wgrad(d: Tensor, x: Tensor) -> Tensor:  # dᵀ x, in the products' dtype
             return (self._c(d).t() @ self._c(x)).float()
 
-        w_ir, w_hh, b_hh, w_c, w_q, b_q, v = self.params
+        w_ir, w_hh, b_hh, w_c, w_q, b_q, v, w_p, v_p = self.params
         d_gh = back("d_gh")  # (T·B, 3H)
         g_w_ir = wgrad(back("d_gi"), rows("x")).to(w_ir.dtype)
         g_w_hh = wgrad(d_gh, rows("h")).to(w_hh.dtype)
@@ -313,21 +366,32 @@ class _Run:
             g_w_q = wgrad(d_qp, rows("q")).to(w_q.dtype)
             g_b_q = d_qp.sum(0).to(b_q.dtype)
             g_v = acc["d_v"][0].unsqueeze(0).to(v.dtype)  # (1, A)
+        g_w_p = g_v_p = None
+        if w_p is not None and v_p is not None:  # local-p's predictor
+            g_w_p = wgrad(back("d_pre_p"), rows("q")).to(w_p.dtype)
+            g_v_p = torch.stack(acc["d_vp"]).sum(0).unsqueeze(0).to(v_p.dtype)  # (1, H)
         g_gi = torch.stack(d_gi_all[::-1], dim=1)  # (B, T, 3H)
-        return g_gi, dh0, g_w_ir, g_w_hh, g_b_hh, g_w_c, g_w_q, g_b_q, g_v, g_keys, g_values
+        weights = (g_w_ir, g_w_hh, g_b_hh, g_w_c, g_w_q, g_b_q, g_v, g_w_p, g_v_p)
+        return g_gi, dh0, *weights, g_keys, g_values
 
 
 def scorer_of(attention: Attention) -> Scorer | None:
-    """What `decoder_loop` needs of a scorer; None for one it does not know."""
+    """What `decoder_loop` needs of a scorer and its scope; None for one it does not know
+    (several heads among them)."""
+    scorer = None
     if isinstance(attention, ConcatAttention):
-        return Scorer(
-            w_q=attention.query_proj.weight, b_q=attention.query_proj.bias, v=attention.v.weight
-        )
-    if isinstance(attention, ScaledDotAttention):
-        return Scorer(scale=attention.scale)
-    if isinstance(attention, (DotAttention, BilinearAttention)):
-        return Scorer()
-    return None
+        q, v = attention.query_proj, attention.v
+        scorer = Scorer(w_q=q.weight, b_q=q.bias, v=v.weight)
+    elif isinstance(attention, ScaledDotAttention):
+        scorer = Scorer(scale=attention.scale)
+    elif isinstance(attention, (DotAttention, BilinearAttention)):
+        scorer = Scorer()
+    scope = attention.scope
+    if scorer is None or scope is None:
+        return scorer
+    w_p = None if scope.w_p is None else scope.w_p.weight
+    v_p = None if scope.v_p is None else scope.v_p.weight
+    return dataclasses.replace(scorer, scope=scope.kind, width=scope.width, w_p=w_p, v_p=v_p)
 
 
 def decoder_loop(
@@ -352,8 +416,9 @@ def decoder_loop(
     Returns Luong: h̃ (B, T, H), weights (B, T, S); Bahdanau: s (B, T, H), contexts
     (B, T, Dv), weights (B, T, S).
     """
-    args = (w_ir, w_hh, b_hh, w_c, scorer.w_q, scorer.b_q, scorer.v, keys, values, mask)
+    sc = scorer
+    args = (w_ir, w_hh, b_hh, w_c, sc.w_q, sc.b_q, sc.v, sc.w_p, sc.v_p, keys, values, mask)
     if not torch.is_grad_enabled():  # validation: nothing to save
-        run = _Run(scorer.scale, *args)
+        run = _Run(sc.static, *args)
         return run.forward(gi_emb, h0, keep=False)
-    return _Loop.apply(scorer.scale, gi_emb, h0, *args)
+    return _Loop.apply(sc.static, gi_emb, h0, *args)

@@ -43,6 +43,11 @@ class TranslateRequest(BaseModel):
     beam: int | None = Field(None, ge=1, description="Beam size, 1 = greedy; default: the model's.")
     nbest: int = Field(1, ge=1, description="Translations returned per sentence, best first.")
     attention: bool = Field(False, description="Return each attention matrix.")
+    heads: bool = Field(
+        False,
+        description="With attention: also each attention head's weights (a list, one matrix a "
+        "head; multi-head models, not ensembles).",
+    )
 
 
 # ----------------------------------------------------------------------------- the app
@@ -104,6 +109,8 @@ def _check(req: TranslateRequest, limits: Limits, default_beam: int) -> tuple[li
     given = [req.text] if isinstance(req.text, str) else list(req.text)
     sentences = check_sentences(given, single, limits)
     beam = default_beam if req.beam is None else req.beam
+    if req.heads and not req.attention:
+        raise _fail(422, "heads", "true needs attention: true too")
     if beam > limits.max_beam:
         raise _fail(422, "beam", f"{beam}; the limit is {limits.max_beam}")
     try:
@@ -146,6 +153,10 @@ def _answer(t: Translation, *, nbest: int, attention: bool) -> dict[str, Any]:
         }
         if t.copied is not None:  # copy attention: the share of each row copied, 1 - g
             out["attention"]["copy"] = [round(c, 4) for c in t.copied]
+        if t.heads is not None:  # asked for: (H, T, S), each head's rows like `weights`
+            out["attention"]["heads"] = [
+                [[round(w, 4) for w in row] for row in head] for head in t.heads.tolist()
+            ]
     return out
 
 
@@ -227,7 +238,7 @@ def create_app(
             except ValidationError as e:
                 raise HTTPException(422, detail=_problem(e.errors())) from None
             sentences, beam = _check(req, limits, translator.config.decode.beam)
-            out = await decode(batcher, sentences, beam, req.nbest, request)
+            out = await decode(batcher, sentences, beam, req.nbest, request, heads=req.heads)
         except HTTPException as e:
             if e.status_code == CLIENT_GONE:
                 counters.dropped += 1
@@ -260,13 +271,18 @@ def create_app(
 
 
 async def decode(
-    batcher: Batcher, sentences: list[str], beam: int, nbest: int, request: Request
+    batcher: Batcher,
+    sentences: list[str],
+    beam: int,
+    nbest: int,
+    request: Request,
+    heads: bool = False,
 ) -> list[Translation]:
     """The batcher's answer, or the HTTP error that says why not (503 busy or too slow,
     500 decoding failed)."""
     try:
         return await batcher.translate(
-            sentences, beam=beam, nbest=nbest, gone=request.is_disconnected
+            sentences, beam=beam, nbest=nbest, heads=heads, gone=request.is_disconnected
         )
     except Busy as e:
         raise HTTPException(503, detail=f"text: busy ({e})", headers={"Retry-After": "1"}) from None

@@ -25,6 +25,7 @@ from nmt.batching import collate
 from nmt.checkpoint import load_for_inference
 from nmt.config import Config
 from nmt.ensemble import Ensemble, check_compatible
+from nmt.int8 import quantize
 from nmt.model import Seq2Seq
 from nmt.run_dir import resolve_checkpoint
 from nmt.runtime import Precision, autocast
@@ -65,6 +66,14 @@ class Translation:
     nbest: list[tuple[str, float]] = field(default_factory=list)  # (text, score), best first
     truncated: bool = False  # the source was longer than data.max_len and was cut
     copied: list[float] | None = None  # copy attention: per row of `attention`, the share copied
+    heads: Tensor | None = None  # (H, T, S) each attention head's weights, when asked for
+
+    def attention_of(self, head: int) -> Tensor:
+        """(T, S): head `head`'s weights (1 .. H, `heads` filled), or with 0 `attention`
+        (the heads' mean)."""
+        if head == 0 or self.heads is None:
+            return self.attention
+        return self.heads[head - 1]
 
     @property
     def tgt_labels(self) -> list[str]:
@@ -103,6 +112,7 @@ class Translator:
         precision: str = "fp32",
         log: Callable[[str], None] = _warn,
         shortlist: bool = True,
+        int8: bool = False,
     ) -> Translator:
         """Load a checkpoint file, a run directory (averaged.pt, else best.pt, else last.pt),
         or with nothing given the most recently trained run (`runs/latest`). A list of
@@ -112,7 +122,7 @@ class Translator:
         `precision` bf16 runs the model under autocast (scores differ slightly). `log` receives
         warnings (long inputs cut); by default they are Python warnings. `shortlist=False`
         decodes over the whole vocabulary even where the checkpoint has a shortlist
-        (`nmt.shortlist`).
+        (`nmt.shortlist`). `int8=True` (CPU) gives the models int8 weights (`nmt.int8`).
         """
         dev = runtime.resolve_device(device, setting="--device")
         prec = runtime.resolve_precision(precision, dev, setting="--precision")
@@ -126,6 +136,9 @@ class Translator:
         if not shortlist or len(loaded) > 1:  # an ensemble's members would differ in columns
             for x in loaded:
                 x.model.shortlist = None
+        if int8:
+            for x in loaded:
+                quantize(x.model, dev.type)
         first = loaded[0]
         model: Decodable = first.model
         if len(loaded) > 1:
@@ -140,6 +153,11 @@ class Translator:
             path=first.path,
             log=log,
         )
+
+    @property
+    def heads(self) -> int | None:
+        """The model's attention heads; None for an ensemble (its heads are no one model's)."""
+        return None if isinstance(self.model, Ensemble) else self.config.model.attention_heads
 
     @property
     def run_dir(self) -> Path | None:
@@ -173,12 +191,13 @@ class Translator:
         batch_size: int | None = None,
         progress: bool = False,
         with_copy_shares: bool = True,
+        with_heads: bool = False,
     ) -> list[Translation]:
         """Translate `sentences` (or the `Source`s `prepare` made of them), in order. beam 1
         is greedy search; `beam` and `batch_size` default to the checkpoint's decode
         settings. `progress` draws a bar on stderr. `with_copy_shares=False` skips a copy
         model's `Translation.copied` (one teacher-forced pass a batch) where nobody shows
-        it."""
+        it; `with_heads=True` fills `Translation.heads` (in the same pass)."""
         dc = self.config.decode
         beam = dc.beam if beam is None else beam
         batch_size = dc.batch_size if batch_size is None else batch_size
@@ -192,20 +211,22 @@ class Translator:
         batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
         out = [_empty(s.sentence) for s in ready]
         for rows in _progress(batches, enabled=progress, total=len(todo)):
-            hyps, copied = self._search(
-                [ready[r].pieces.ids for r in rows], beam=beam, nbest=nbest, shares=with_copy_shares
+            hyps, reread = self._search(
+                [ready[r].pieces.ids for r in rows],
+                beam=beam,
+                nbest=nbest,
+                shares=with_copy_shares,
+                heads=with_heads,
             )
-            for i, (r, sentence_hyps) in enumerate(zip(rows, hyps, strict=True)):
-                out[r] = self._translation(
-                    ready[r], sentence_hyps, copied=None if copied is None else copied[i]
-                )
+            for r, sentence_hyps, (copied, heads) in zip(rows, hyps, reread, strict=True):
+                out[r] = self._translation(ready[r], sentence_hyps, copied=copied, heads=heads)
         return out
 
     def _search(
-        self, rows: list[list[int]], *, beam: int, nbest: int, shares: bool = True
-    ) -> tuple[list[list[Hypothesis]], list[list[float]] | None]:
-        """The hypotheses of each of `rows` (in that order) and, for a copy model, the best
-        one's copy shares."""
+        self, rows: list[list[int]], *, beam: int, nbest: int, shares: bool, heads: bool
+    ) -> tuple[list[list[Hypothesis]], list[Reread]]:
+        """The hypotheses of each of `rows` (in that order) and what re-reading the best one
+        gives (`reread`)."""
         batch = collate(rows, None, range(len(rows))).to(self.device)
         with autocast(self.device, self.precision):
             found = decode(
@@ -213,14 +234,19 @@ class Translator:
             )
             hyps = found.hypotheses
             best = [h[0] for h in hyps]
-            copied = copy_shares(self.model, batch.src, batch.src_lens, best) if shares else None
+            again = reread(self.model, batch.src, batch.src_lens, best, shares=shares, heads=heads)
         # collate sorts by length: back to the order of `rows`
         at = {row: b for b, row in enumerate(batch.index.tolist())}
         order = [at[i] for i in range(len(rows))]
-        return [hyps[b] for b in order], None if copied is None else [copied[b] for b in order]
+        return [hyps[b] for b in order], [again[b] for b in order]
 
     def _translation(
-        self, source: Source, hyps: list[Hypothesis], *, copied: list[float] | None
+        self,
+        source: Source,
+        hyps: list[Hypothesis],
+        *,
+        copied: list[float] | None,
+        heads: Tensor | None,
     ) -> Translation:
         texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
         surfaces = source.pieces.surfaces
@@ -244,6 +270,7 @@ class Translator:
             nbest=[(t, h.score) for t, h in zip(texts, hyps, strict=True)],
             truncated=source.truncated,
             copied=copied,
+            heads=heads,
         )
 
 
@@ -268,25 +295,47 @@ def _empty(sentence: str) -> Translation:
     )
 
 
+# What re-reading one best hypothesis gives: its copy shares and each head's weights.
+Reread = tuple[list[float] | None, Tensor | None]
+
+
 @torch.inference_mode()
-def copy_shares(
-    model: Decodable, src: Tensor, src_lens: Tensor, best: Sequence[Hypothesis]
-) -> list[list[float]] | None:
-    """For a copy model (an ensemble: the mean of its copy members), the share of each of
-    `best`'s target pieces (and final EOS) copied from the source, 1 − g, by re-reading the
-    hypotheses teacher-forced: the gate the search saw, without carrying it through the
-    search. None for a model without copy attention."""
+def reread(
+    model: Decodable,
+    src: Tensor,
+    src_lens: Tensor,
+    best: Sequence[Hypothesis],
+    *,
+    shares: bool = True,
+    heads: bool = False,
+) -> list[Reread]:
+    """Per hypothesis of `best`, by re-reading it teacher-forced (what the search saw,
+    without carrying it through the search), one pass for both:
+    - with `shares`, for a copy model (an ensemble: the mean of its copy members), the share
+      of each target piece (and final EOS) copied from the source, 1 − g; else None;
+    - with `heads`, for one model (not an ensemble), each attention head's weights
+      (H, T, S), T counting the final EOS; else None."""
     members = model.models if isinstance(model, Ensemble) else [model]
     gated = [m for m in members if isinstance(m, Seq2Seq) and m.copy_gate is not None]
-    if not gated:
-        return None
+    gated = gated if shares else []
+    looked = model if heads and isinstance(model, Seq2Seq) else None
+    if not gated and looked is None:
+        return [(None, None)] * len(best)
     targets = [h.tokens for h in best]
     tgt_in = collate([[]] * len(best), targets, range(len(best))).tgt_in.to(src.device)  # BOS, y
-    shares = torch.stack([m(src, src_lens, tgt_in).copied for m in gated]).mean(0)  # (B, T)
-    return [
-        s[: len(h.tokens) + (1 if h.finished else 0)].tolist()
-        for s, h in zip(shares.float().cpu(), best, strict=True)
-    ]
+    read = list(dict.fromkeys([*gated, *([looked] if looked is not None else [])]))
+    outs = {id(m): m(src, src_lens, tgt_in, heads=m is looked) for m in read}
+    copied = None
+    if gated:
+        copied = torch.stack([outs[id(m)].copied for m in gated]).mean(0).float().cpu()  # (B, T)
+    per_head = None if looked is None else outs[id(looked)].heads  # (B, H, T, S)
+    found = []
+    for b, h in enumerate(best):
+        rows = len(h.tokens) + (1 if h.finished else 0)
+        c = None if copied is None else copied[b, :rows].tolist()
+        w = None if per_head is None else per_head[b, :, :rows, : h.attention.size(1)].float().cpu()
+        found.append((c, w))
+    return found
 
 
 def _progress(batches: list[list[int]], *, enabled: bool, total: int) -> Iterator[list[int]]:

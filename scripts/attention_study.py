@@ -6,6 +6,10 @@ as configs/multi30k_en_fr.yaml says, the same number of updates, data and seeds.
     .venv/bin/python scripts/attention_study.py --steps 400 --seeds 1 2   # adds seed 2
     .venv/bin/python scripts/attention_study.py --steps 1000 --only luong.dot luong.bilinear \
         --copy                     # the best cells with copy attention off and on
+    .venv/bin/python scripts/attention_study.py --steps 1000 --variants global local_m \
+        local_p heads2 heads4 heads8 --only luong.bilinear luong.dot.global luong.dot.local_m \
+        luong.dot.local_p          # the rest of the family: local with the two best scorers,
+                                   # 1, 2, 4 and 8 heads with the best
 
 Resumable: a finished cell (its JSON in WORK/cells/) is not run again, so a second call
 with more seeds trains only the new cells. Per cell:
@@ -20,9 +24,12 @@ with more seeds trains only the new cells. Per cell:
   eflomal's intersection of both directions as sure links and their union as possible;
 - the share of names copied exactly in docs/names.tsv's sentences (names no training corpus
   holds: `scripts/names_set.py`), greedy.
-With --copy, every cell is run twice, copy attention off and on (`model.copy`).
-Then one table (markdown, also in --out as JSON) and one figure (--figure): the attention of
-the same test sentence under every cell of seed 1, side by side.
+- with several attention heads, the alignment scores of each head alone.
+With --copy, every cell is run twice, copy attention off and on (`model.copy`). With
+--variants, once per variant of the attention family (`VARIANTS`: global, Luong's local-m
+and local-p, 2/4/8 heads). Then one table (markdown, also in --out as JSON) and one figure
+(--figure): the attention of the same test sentence under every cell of seed 1, side by
+side.
 
 eflomal is not one of nmt's dependencies: `pip install eflomal` (builds with gcc).
 Run nothing else meanwhile: the speeds are wall-clock measurements on a shared CPU.
@@ -57,6 +64,7 @@ from nmt.batching import collate  # noqa: E402
 from nmt.display import save_figure  # noqa: E402
 from nmt.evaluate import bleu  # noqa: E402
 from nmt.files import read_lines as lines  # noqa: E402
+from nmt.model import Seq2Seq  # noqa: E402
 from nmt.tokenizer import EOS_PIECE  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
 
@@ -70,6 +78,12 @@ DECODERS = {  # name -> config overrides
     "bahdanau": ["model.decoder=bahdanau", "model.input_feeding=false"],
     "luong": ["model.decoder=luong", "model.input_feeding=false"],
     "luong+feed": ["model.decoder=luong", "model.input_feeding=true"],
+}
+VARIANTS = {  # the attention family: name -> config overrides (global: the config's own)
+    "global": [],
+    "local_m": ["model.attention_scope=local_m"],
+    "local_p": ["model.attention_scope=local_p"],
+    **{f"heads{h}": [f"model.attention_heads={h}"] for h in (2, 4, 8)},
 }
 
 
@@ -105,8 +119,11 @@ def eflomal_links(args: argparse.Namespace) -> tuple[list[set], list[set]]:
 # --------------------------------------------------------------------------- one cell
 
 
-def cell_name(decoder: str, scorer: str, seed: int, steps: int, copy: bool = False) -> str:
-    return f"{decoder}.{scorer}{'.copy' if copy else ''}.seed{seed}.steps{steps}"
+def cell_name(
+    decoder: str, scorer: str, seed: int, steps: int, copy: bool = False, variant: str = "global"
+) -> str:
+    kind = "" if variant == "global" else f".{variant}"  # global cells keep their first names
+    return f"{decoder}.{scorer}{kind}{'.copy' if copy else ''}.seed{seed}.steps{steps}"
 
 
 def shared_tokenizer(args: argparse.Namespace) -> Path:
@@ -130,7 +147,13 @@ def shared_tokenizer(args: argparse.Namespace) -> Path:
 
 
 def train_cell(
-    args: argparse.Namespace, decoder: str, scorer: str, seed: int, run_dir: Path, copy: bool
+    args: argparse.Namespace,
+    decoder: str,
+    scorer: str,
+    seed: int,
+    run_dir: Path,
+    copy: bool,
+    variant: str = "global",
 ):
     spm_run = shared_tokenizer(args)
     if run_dir.exists():  # a cell cut short: start it again
@@ -142,6 +165,7 @@ def train_cell(
         f"run.dir={run_dir}",
         f"model.attention={scorer}",
         *DECODERS[decoder],
+        *VARIANTS[variant],
         f"model.copy={str(copy).lower()}",
         f"train.seed={seed}",
         f"train.max_steps={args.steps}",
@@ -156,18 +180,43 @@ def train_cell(
 
 
 @torch.inference_mode()
-def forced_attention(tr: Translator, sources: list[str], refs: list[str]) -> list[torch.Tensor]:
-    """(T, S) attention of each sentence over its reference (teacher forcing), EOS included."""
+def forced_attention(
+    tr: Translator, sources: list[str], refs: list[str]
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(T, S) attention of each sentence over its reference (teacher forcing), EOS included,
+    and each head's, (H, T, S)."""
     tok, model = tr.tokenizer, tr.model
+    assert isinstance(model, Seq2Seq)
     src_ids, tgt_ids = tok.encode_src(sources), tok.encode_tgt(refs)
     out: list[torch.Tensor] = [torch.zeros(0)] * len(sources)
+    heads: list[torch.Tensor] = [torch.zeros(0)] * len(sources)
     for i in range(0, len(sources), 64):
         rows = list(range(i, min(i + 64, len(sources))))
         batch = collate([src_ids[r] for r in rows], [tgt_ids[r] for r in rows], rows)
-        weights = model(batch.src, batch.src_lens, batch.tgt_in).attention  # (B, T, S)
+        found = model(batch.src, batch.src_lens, batch.tgt_in, heads=True)
+        assert found.heads is not None
         for b, r in enumerate(batch.index.tolist()):  # collate sorts by source length
-            out[r] = weights[b, : len(tgt_ids[r]) + 1, : len(src_ids[r]) + 1].float()
-    return out
+            t, s = len(tgt_ids[r]) + 1, len(src_ids[r]) + 1
+            out[r] = found.attention[b, :t, :s].float()  # (T, S)
+            heads[r] = found.heads[b, :, :t, :s].float()  # (H, T, S)
+    return out, heads
+
+
+def alignment_of(
+    tr: Translator, sources: list[str], refs: list[str], attn: list[torch.Tensor], sure, possible
+):
+    """Word alignment scores of `attn` ((T, S) per sentence) against eflomal's links."""
+    tok = tr.tokenizer
+    predicted, kept = [], []
+    for i, (s, r, a) in enumerate(zip(sources, refs, attn, strict=True)):
+        src_pieces = tok.src_pieces(s) + [EOS_PIECE]
+        tgt_pieces = tok.tgt_pieces(tok.encode_tgt([r])[0]) + [EOS_PIECE]
+        words = word_attention(a, src_pieces, tgt_pieces)
+        if words.shape != (len(r.split()), len(s.split())):
+            continue  # pieces and whitespace words disagree (rare normalisation cases)
+        predicted.append(strongest_links(words))
+        kept.append(i)
+    return alignment_scores(predicted, [sure[i] for i in kept], [possible[i] for i in kept])
 
 
 def evaluate_cell(
@@ -181,18 +230,13 @@ def evaluate_cell(
     start = time.perf_counter()
     hyps = tr.translate(sources, beam=5)
     seconds = time.perf_counter() - start
-    attn = forced_attention(tr, sources, refs)
-    tok = tr.tokenizer
-    predicted, kept = [], []
-    for i, (s, r, a) in enumerate(zip(sources, refs, attn, strict=True)):
-        src_pieces = tok.src_pieces(s) + [EOS_PIECE]
-        tgt_pieces = tok.tgt_pieces(tok.encode_tgt([r])[0]) + [EOS_PIECE]
-        words = word_attention(a, src_pieces, tgt_pieces)
-        if words.shape != (len(r.split()), len(s.split())):
-            continue  # pieces and whitespace words disagree (rare normalisation cases)
-        predicted.append(strongest_links(words))
-        kept.append(i)
-    align = alignment_scores(predicted, [sure[i] for i in kept], [possible[i] for i in kept])
+    attn, heads = forced_attention(tr, sources, refs)
+    align = alignment_of(tr, sources, refs, attn, sure, possible)
+    per_head = []
+    if heads[0].size(0) > 1:  # each head alone: does one of them align best?
+        for h in range(heads[0].size(0)):
+            one = alignment_of(tr, sources, refs, [x[h] for x in heads], sure, possible)
+            per_head.append({"precision": one.precision, "recall": one.recall, "aer": one.aer})
     sharp = sharpness(attn)
     names = names_copied(tr, ROOT / "docs" / "names.tsv", beam=1)
     k = args.sentence
@@ -210,6 +254,7 @@ def evaluate_cell(
         "aer": align.aer,
         "aligned_sentences": align.sentences,
         "names_copied": names,
+        "heads": per_head,
         "example": {
             "source": hyps[k].src_tokens,
             "target": hyps[k].tgt_labels,
@@ -231,12 +276,15 @@ def mean_spread(values: list[float], digits: int = 1) -> str:
 
 def table(cells: dict[str, dict], seeds: list[int], steps: int) -> str:
     head = (
-        "| decoder | attention | copy | val BLEU (greedy) | test BLEU (beam 5) | train tok/s | "
-        "decode sent/s | entropy (flat) | top share | align P / R | AER | names copied |"
+        "| decoder | attention | variant | copy | val BLEU (greedy) | test BLEU (beam 5) "
+        "| train tok/s | decode sent/s | entropy (flat) | top share | align P / R | AER "
+        "| best head's AER | names copied |"
     )
-    out = [head, "|" + "---|" * 12]
-    for decoder, scorer, copy in itertools.product(DECODERS, SCORERS, (False, True)):
-        names = [cell_name(decoder, scorer, s, steps, copy) for s in seeds]
+    out = [head, "|" + "---|" * 14]
+    for decoder, scorer, variant, copy in itertools.product(
+        DECODERS, SCORERS, VARIANTS, (False, True)
+    ):
+        names = [cell_name(decoder, scorer, s, steps, copy, variant) for s in seeds]
         got = [cells[c] for c in names if c in cells]
         if not got:
             continue
@@ -245,37 +293,44 @@ def table(cells: dict[str, dict], seeds: list[int], steps: int) -> str:
             return mean_spread([g[key] for g in got], digits)
 
         copied = [100 * g["names_copied"] for g in got if "names_copied" in g]
+        best = [min(h["aer"] for h in g["heads"]) for g in got if g.get("heads")]
+        which = [
+            1 + min(range(len(g["heads"])), key=lambda k, g=g: g["heads"][k]["aer"])
+            for g in got
+            if g.get("heads")
+        ]
+        best_head = f"{mean_spread(best, 2)} (head {'/'.join(map(str, which))})" if best else "-"
         out.append(
-            f"| {decoder} | {scorer} | {'on' if copy else 'off'} "
+            f"| {decoder} | {scorer} | {variant} | {'on' if copy else 'off'} "
             f"| {col('val_bleu_greedy')} | {col('test_bleu_beam5')} "
             f"| {col('train_tokens_per_s', 0)} | {col('decode_sentences_per_s', 1)} "
             f"| {col('attention_entropy', 2)} ({col('uniform_entropy', 2)}) "
             f"| {col('max_share', 2)} | {col('align_precision', 2)} / "
-            f"{col('align_recall', 2)} | {col('aer', 2)} "
+            f"{col('align_recall', 2)} | {col('aer', 2)} | {best_head} "
             f"| {mean_spread(copied) + ' %' if copied else '-'} |"
         )
     return "\n".join(out)
 
 
-def figure(cells: dict[str, dict], seed: int, steps: int, path: Path) -> None:
+def figure(cells: dict[str, dict], names: list[str], path: Path) -> None:
+    """The example sentence's attention in each of the `names` cells, four to a row."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(DECODERS), len(SCORERS), figsize=(4.2 * len(SCORERS), 13))
-    for row, decoder in enumerate(DECODERS):
-        for col, scorer in enumerate(SCORERS):
-            ax = axes[row][col]
-            cell = cells.get(cell_name(decoder, scorer, seed, steps))
-            if cell is None:
-                ax.axis("off")
-                continue
-            ex = cell["example"]
-            ax.imshow(ex["attention"], cmap="gray_r", vmin=0.0, vmax=1.0, aspect="auto")
-            ax.set_xticks(range(len(ex["source"])), ex["source"], rotation=90, fontsize=7)
-            ax.set_yticks(range(len(ex["target"])), ex["target"], fontsize=7)
-            ax.set_title(f"{decoder} / {scorer}", fontsize=10)
+    shown = [n for n in names if n in cells]
+    cols = min(4, len(shown))
+    rows = -(-len(shown) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.3 * rows), squeeze=False)
+    for ax in axes.flat[len(shown) :]:
+        ax.axis("off")
+    for ax, name in zip(axes.flat, shown, strict=False):
+        ex = cells[name]["example"]
+        ax.imshow(ex["attention"], cmap="gray_r", vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_xticks(range(len(ex["source"])), ex["source"], rotation=90, fontsize=7)
+        ax.set_yticks(range(len(ex["target"])), ex["target"], fontsize=7)
+        ax.set_title(" / ".join(name.split(".seed")[0].split(".")), fontsize=10)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
@@ -291,29 +346,42 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "attention_study.json")
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "attention_study.png")
     ap.add_argument("--sentence", type=int, default=3, help="test sentence of the figure (from 0)")
-    ap.add_argument("--only", nargs="+", default=None, help="cells as DECODER.SCORER")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        help="cells as DECODER.SCORER (each of --variants) or DECODER.SCORER.VARIANT",
+    )
     ap.add_argument("--copy", action="store_true", help="each cell with copy attention off and on")
+    ap.add_argument(
+        "--variants",
+        nargs="+",
+        default=["global"],
+        choices=list(VARIANTS),
+        help="attention family variants of each cell (global: the config's own attention)",
+    )
     args = ap.parse_args()
     args.data, args.work = args.data.resolve(), args.work.resolve()
     (args.work / "cells").mkdir(parents=True, exist_ok=True)
     sure, possible = eflomal_links(args)
     cells: dict[str, dict] = {}
-    grid = [(d, s) for d in DECODERS for s in SCORERS]
+    grid = [(d, s, v) for d in DECODERS for s in SCORERS for v in args.variants]
     if args.only:
-        grid = [(d, s) for d, s in grid if f"{d}.{s}" in args.only]
-    for seed, (decoder, scorer), copy in itertools.product(
-        args.seeds, grid, (False, True) if args.copy else (False,)
-    ):
-        name = cell_name(decoder, scorer, seed, args.steps, copy)
+        grid = [(d, s, v) for d, s, v in grid if {f"{d}.{s}", f"{d}.{s}.{v}"} & set(args.only)]
+    copies = (False, True) if args.copy else (False,)
+    first_seed = []
+    for seed, (decoder, scorer, variant), copy in itertools.product(args.seeds, grid, copies):
+        name = cell_name(decoder, scorer, seed, args.steps, copy, variant)
         done = args.work / "cells" / f"{name}.json"
         if not done.is_file():
             print(f"{name}: training {args.steps} updates ...", flush=True)
             run_dir = args.work / "runs" / name
-            train_cell(args, decoder, scorer, seed, run_dir, copy)
+            train_cell(args, decoder, scorer, seed, run_dir, copy, variant)
             result = evaluate_cell(args, run_dir, sure, possible)
-            result["config"] = {"steps": args.steps, "seed": seed, "copy": copy}
+            result["config"] = {"steps": args.steps, "seed": seed, "copy": copy, "variant": variant}
             done.write_text(json.dumps(result))
         cells[name] = json.loads(done.read_text())
+        first_seed += [name] if seed == args.seeds[0] else []
         c = cells[name]
         print(
             f"{name}: val {c['val_bleu_greedy']:.1f}, test {c['test_bleu_beam5']:.1f}, "
@@ -324,7 +392,7 @@ def main() -> None:
     print(table(cells, args.seeds, args.steps))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"steps": args.steps, "seeds": args.seeds, "cells": cells}))
-    figure(cells, args.seeds[0], args.steps, args.figure)
+    figure(cells, first_seed, args.figure)
     print(f"\nwritten: {args.out}, {args.figure}")
 
 

@@ -7,10 +7,13 @@ bf16 autocast (CPU) or fp16/bf16 autocast (CUDA). The model is the default Model
 
     .venv/bin/python scripts/bench_model.py --steps 10
     .venv/bin/python scripts/bench_model.py --styles luong --dtypes fp32 --copy  # copy off/on
+    .venv/bin/python scripts/bench_model.py --dtypes fp32 --family  # local and multi-head
 
 The loss is the training loss (`nmt.step.token_loss`, label smoothing 0.1): with `--copy`,
 each setting is timed without and with copy attention, alternately `--repeats` times, and
-the ratio of the medians printed.
+the ratio of the medians printed. With `--family`, each setting is timed with global
+attention and each of `FAMILY` (local-m, local-p, 4 heads), alternately, and each one's
+ratio to global printed: what a variant costs where it leaves the fused training loop.
 
 On CPU, glibc gives each (B*T, V) float32 buffer over 32 MB (64 x 16 x 8000 logits) back to
 the OS and page-faults it in again at every step; raising its mmap threshold avoids that:
@@ -38,6 +41,12 @@ STYLES = {
     "bahdanau": {"decoder": "bahdanau"},
     "luong": {"decoder": "luong", "input_feeding": False},
     "luong+feeding": {"decoder": "luong", "input_feeding": True},
+}
+FAMILY = {
+    "global": {},
+    "local_m": {"attention_scope": "local_m"},
+    "local_p": {"attention_scope": "local_p"},
+    "heads4": {"attention_heads": 4},
 }
 
 
@@ -95,7 +104,8 @@ def main() -> None:
     parser.add_argument("--styles", default=",".join(STYLES), help="decoder styles to time")
     parser.add_argument("--dtypes", default=None, help="e.g. fp32,bf16; default all here")
     parser.add_argument("--copy", action="store_true", help="time copy attention off and on")
-    parser.add_argument("--repeats", type=int, default=3, help="alternations with --copy")
+    parser.add_argument("--family", action="store_true", help="time local and multi-head too")
+    parser.add_argument("--repeats", type=int, default=3, help="alternations with --copy/--family")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -106,30 +116,39 @@ def main() -> None:
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}")
     for style in args.styles.split(","):
         for name in names:
-            rates: dict[bool, list[float]] = {False: [], True: []}
-            for _ in range(args.repeats if args.copy else 1):
-                for copy in (False, True) if args.copy else (False,):
-                    cfg = dataclasses.replace(ModelConfig(), **STYLES[style], copy=copy)  # type: ignore[arg-type]
-                    torch.manual_seed(0)
-                    model = build_model(
-                        cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, shared_vocab=True
-                    ).to(device)
-                    model.train()
-                    rates[copy].append(
-                        tokens_per_second(
-                            model,
-                            dtype=dtypes[name],
-                            steps=args.steps,
-                            device=device,
-                            vocab=args.vocab,
-                        )
-                    )
-            off = statistics.median(rates[False])
-            line = f"{style:14s} {name:9s} {off:8.0f} target tokens/s"
-            if args.copy:
-                on = statistics.median(rates[True])
-                line += f"; copy {on:8.0f} ({on / off:.3f}x)"
-            print(line)
+            _time_setting(args, device, style, name, dtypes[name])
+
+
+def _time_setting(
+    args: argparse.Namespace, device: torch.device, style: str, name: str, dtype: torch.dtype | None
+) -> None:
+    """One decoder style in one precision: its tokens/s, and with --copy / --family the
+    variants' too, timed alternately, as ratios of the medians."""
+    variants: dict[str, dict] = {"": {}}
+    if args.copy:
+        variants = {"": {}, "copy": {"copy": True}}
+    elif args.family:
+        variants = dict(FAMILY)
+    rates: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(args.repeats if len(variants) > 1 else 1):
+        for variant, keys in variants.items():
+            cfg = dataclasses.replace(ModelConfig(), **STYLES[style], **keys)
+            torch.manual_seed(0)
+            model = build_model(
+                cfg, src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, shared_vocab=True
+            ).to(device)
+            model.train()
+            rate = tokens_per_second(
+                model, dtype=dtype, steps=args.steps, device=device, vocab=args.vocab
+            )
+            rates[variant].append(rate)
+    first, *others = variants
+    base = statistics.median(rates[first])
+    line = f"{style:14s} {name:9s} {first or 'as is':8s} {base:8.0f} target tokens/s"
+    for variant in others:
+        rate = statistics.median(rates[variant])
+        line += f"; {variant} {rate:8.0f} ({rate / base:.3f}x)"
+    print(line)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,13 @@ def tiny_copy_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     return _train_tiny(tmp_path_factory.mktemp("tiny_copy_run"), ["model.copy=true"])
 
 
+@pytest.fixture(scope="session")
+def tiny_heads_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    """The same with two attention heads, local-p attention and copy attention."""
+    keys = ["model.attention_heads=2", "model.attention_scope=local_p", "model.copy=true"]
+    return _train_tiny(tmp_path_factory.mktemp("tiny_heads_run"), keys)
+
+
 def _train_tiny(run_dir: Path, overrides: list[str]) -> TinyRun:
     cfg = load_config(TINY_CONFIG, [f"run.dir={run_dir}", f"data.dir={TINY_DATA}", *overrides])
     src, tgt = _lines(TINY_DATA / "train.en"), _lines(TINY_DATA / "train.fr")

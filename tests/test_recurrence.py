@@ -47,7 +47,11 @@ def loss_and_grads(
 
 @pytest.mark.parametrize("keys", COMBOS)
 def test_the_fused_loop_matches_the_step_by_step_path(keys: dict[str, Any]) -> None:
-    model = make_model(**keys, dropout=0.0).train()
+    assert_fused_matches_step_by_step(make_model(**keys, dropout=0.0).train())
+
+
+def assert_fused_matches_step_by_step(model: Seq2Seq) -> None:
+    """Outputs, attention and every gradient, the fused loop against the step-by-step path."""
     want_logits, want_weights, want_grads = loss_and_grads(model, fused=False)
     got_logits, got_weights, got_grads = loss_and_grads(model, fused=True)
     torch.testing.assert_close(got_logits, want_logits, rtol=1e-5, atol=1e-5)

@@ -300,7 +300,10 @@ def random_batch(lens: list[int], seed: int = 1) -> tuple[Tensor, Tensor]:
 @pytest.mark.parametrize("copy", [False, True], ids=["", "copy"])
 @pytest.mark.parametrize("attention, decoder, feed", COMBOS)
 def test_beam_of_one_equals_greedy(attention, decoder, feed, copy):
-    model = tiny_model(attention, decoder, feed, copy=copy)
+    assert_beam_of_one_is_greedy(tiny_model(attention, decoder, feed, copy=copy))
+
+
+def assert_beam_of_one_is_greedy(model) -> None:
     src, lens = random_batch(PROBE_LENS)
     g = greedy(model, src, lens, **LIMITS)
     b = beam_search(model, src, lens, beam=1, nbest=1, **BEAM)

@@ -141,7 +141,7 @@ def test_info_health_docs_and_page(server, tiny_run):
     assert health(server)["status"] == "ok"
     spec = httpx.get(f"{server.url}/openapi.json").json()
     schema = spec["paths"]["/translate"]["post"]["requestBody"]["content"]["application/json"]
-    assert set(schema["schema"]["properties"]) == {"text", "beam", "nbest", "attention"}
+    assert set(schema["schema"]["properties"]) == {"text", "beam", "nbest", "attention", "heads"}
     assert httpx.get(f"{server.url}/docs").status_code == 200
     page = httpx.get(f"{server.url}/")
     assert page.status_code == 200 and 'id="source"' in page.text and "/translate" in page.text

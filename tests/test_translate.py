@@ -213,7 +213,10 @@ def test_unknown_target_pieces_copy_the_source_text_they_attend_to(
     attention = torch.full((len(tokens) + 1, len(surfaces) + 1), 0.01)
     attention[len(head_ids), unknown] = 0.9
     hyp = Hypothesis(tokens=tokens, score=-1.0, logprob=-1.0, attention=attention, finished=True)
-    monkeypatch.setattr(translator, "_search", lambda rows, **_: ([[hyp] for _ in rows], None))
+    nothing = [(None, None)]  # nothing re-read: no copy shares, no heads
+    monkeypatch.setattr(
+        translator, "_search", lambda rows, **_: ([[hyp] for _ in rows], nothing * len(rows))
+    )
     (t,) = translator.translate([source])
     assert t.text == expected
     assert t.tokens[len(head_ids)] == tok.tgt_pieces([UNK_ID])[0]  # the pieces stay the model's
