@@ -87,7 +87,6 @@ def translate(
         int,
         typer.Option(
             "--head",
-            min=0,
             help="With --show-attention / --attention-plot: show attention head K (1 .. the "
             "model's model.attention_heads) instead of the heads' mean.",
             metavar="K",
@@ -134,6 +133,8 @@ def translate(
             check_output(output, "--output", inputs)
             if attention_plot is not None and attention_plot.absolute() == output.absolute():
                 raise NmtError(f"--attention-plot {attention_plot}: is also --output")
+        if head < 0:
+            raise NmtError(f"--head {head}: expected 1 to the model's heads (0: their mean)")
         if head and not (show_attention or attention_plot is not None):
             raise NmtError(f"--head {head}: shows with --show-attention or --attention-plot")
         if interactive or (not sentences and input_ is None and sys.stdin.isatty()):

@@ -140,6 +140,8 @@ def test_translate_shows_one_head_on_request_and_refuses_a_head_the_model_lacks(
         app, ["translate", sentence, *model, "--show-attention", "--head", "3"]
     )
     assert_one_line_error(too_many, "--head 3: the model has 2 attention head(s)")
+    negative = runner.invoke(app, ["translate", sentence, *model, "--show-attention", "--head=-1"])
+    assert_one_line_error(negative, "--head -1: expected 1 to the model's heads")
     nothing_shown = runner.invoke(app, ["translate", sentence, *model, "--head", "1"])
     assert_one_line_error(nothing_shown, "--head 1: shows with --show-attention")
     pair = ["--model", str(tiny_heads_run.checkpoint), "--model", str(tiny_heads_run.run_dir)]
