@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -345,28 +346,20 @@ def _decoder(cfg: ModelConfig, *, context_size: int) -> Decoder:
         scope=cfg.attention_scope,
         window=cfg.attention_window,
     )
+    shared: dict[str, Any] = {  # what both decoders take
+        "cell": cfg.cell,
+        "emb_size": cfg.emb_size,
+        "context_size": context_size,
+        "hidden_size": cfg.dec_hidden,
+        "num_layers": cfg.dec_layers,
+        "dropout": cfg.dropout,
+        "attention": attention,
+    }
     decoder: Decoder
     if cfg.decoder == "bahdanau":
-        decoder = BahdanauDecoder(
-            cell=cfg.cell,
-            emb_size=cfg.emb_size,
-            context_size=context_size,
-            hidden_size=cfg.dec_hidden,
-            num_layers=cfg.dec_layers,
-            dropout=cfg.dropout,
-            attention=attention,
-        )
+        decoder = BahdanauDecoder(**shared)
     else:
-        decoder = LuongDecoder(
-            cell=cfg.cell,
-            emb_size=cfg.emb_size,
-            context_size=context_size,
-            hidden_size=cfg.dec_hidden,
-            num_layers=cfg.dec_layers,
-            dropout=cfg.dropout,
-            attention=attention,
-            input_feeding=cfg.input_feeding,
-        )
+        decoder = LuongDecoder(**shared, input_feeding=cfg.input_feeding)
     return decoder
 
 

@@ -141,6 +141,7 @@ class _Run:
         self.v_p = None if v_p is None else v_p.float().squeeze(0)  # (H,)
         self.var = (self.width / 2) ** 2  # local-p's Gaussian: σ² = (D/2)²
         self.lengths = mask.sum(-1)  # (B,) real lengths
+        self.last = (self.lengths - 1).clamp(min=0).float()  # (B,) local-p: L − 1, once a batch
         self.keys_in, self.values_in = keys, values
         self.keys, self.values = keys.float(), values.float()  # (B, S, Dp), (B, S, Dv)
         self.keys_c, self.values_c = self._c(keys), self._c(values)
@@ -185,10 +186,9 @@ class _Run:
             return scores, window_mask(centres, self.mask, self.width)[0].squeeze(1)
         u = torch.tanh(self._mm(q, self.w_p))  # (B, H)
         share = torch.sigmoid(u @ self.v_p)  # (B,)
-        last = (self.lengths - 1).clamp(min=0).float()  # (B,)
-        window, offsets = window_mask((share * last).unsqueeze(1), self.mask, self.width)
+        window, offsets = window_mask((share * self.last).unsqueeze(1), self.mask, self.width)
         offsets = offsets.squeeze(1)  # (B, S) s − p_t
-        s.update(p_u=u, p_share=share, p_offsets=offsets, p_last=last)  # p_: the predictor's
+        s.update(p_u=u, p_share=share, p_offsets=offsets)  # p_: the predictor's
         return scores - offsets**2 / (2 * self.var), window.squeeze(1)
 
     def _window_back(self, ds: Tensor, s: dict[str, Tensor], acc: dict[str, list]) -> Tensor:
@@ -196,7 +196,7 @@ class _Run:
         assert self.w_p is not None and self.v_p is not None
         u, share = s["p_u"], s["p_share"]
         dp = (ds * s["p_offsets"]).sum(-1) / self.var  # (B,) d/dp of −(s − p)²/2σ²
-        dz = dp * s["p_last"] * share * (1 - share)  # (B,)
+        dz = dp * self.last * share * (1 - share)  # (B,)
         d_pre = _tanh_backward(dz.unsqueeze(1) * self.v_p, u)  # (B, H)
         acc["d_pre_p"].append(d_pre)
         acc["d_vp"].append(dz @ u)  # (H,)
