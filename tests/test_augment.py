@@ -64,6 +64,26 @@ def test_invented_names_vary_in_letters_and_length():
     assert any(not n.isascii() for n in names) and sum(n.isascii() for n in names) > 200
 
 
+def test_invented_names_have_what_real_names_have():
+    """Vowels meeting across syllables ("Ioana"), doubled consonants ("Raffaella"), a bare
+    vowel at the end ("Gonçalo"); and with corpus words, half spliced from two."""
+    rng = random.Random(1)
+    names = [invented_name(rng) for _ in range(1000)]
+    assert sum(bool(re.search(r"[aeiou][aeiou]", n[1:])) for n in names) > 200
+    assert sum(bool(re.search(r"(bb|dd|ff|gg|kk|ll|mm|nn|pp|rr|ss|tt|zz)", n)) for n in names) > 100
+    assert 0.4 < sum(n[-1] in "aeiouyéèöüáíóúëïåøã" for n in names) / len(names) < 0.8
+    words = ["cheval", "silhouette", "marchand", "bicycle"]
+    spliced = [invented_name(rng, words) for _ in range(900)]
+
+    def from_words(name: str) -> bool:  # a word's start (2+ letters), then a word's end
+        n = name.lower()
+        heads = {w[:i] for w in words for i in range(2, len(w))}
+        tails = {w[i:] for w in words for i in range(1, len(w) - 1)}
+        return any(n[:i] in heads and n[i:] in tails for i in range(2, len(n)))
+
+    assert 400 < sum(map(from_words, spliced)) < 530  # half of 900, and a few by chance
+
+
 def test_put_name_makes_french_elision_right():
     assert put_name("Il parle de Tom.", "Tom", "Anaïs") == "Il parle d'Anaïs."
     assert put_name("Je sais que Tom est là.", "Tom", "Ida") == "Je sais qu'Ida est là."
