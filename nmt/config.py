@@ -197,6 +197,13 @@ class ModelConfig:
     input_feeding: bool = _opt(
         False, help="Luong's input feeding (the attentional output fed back)"
     )
+    # tanh: Luong's h̃ = tanh(W_c [c; s]); linear: W_c [c; s] + b, what OpenNMT-py's mlp
+    # (concat) attention emits (its GlobalAttention applies tanh for dot/general only).
+    attention_output: Literal["tanh", "linear"] = _opt(
+        "tanh",
+        help="luong decoder's attentional output: tanh(W_c [c; s]) (Luong), or linear "
+        "W_c [c; s] + b (OpenNMT-py's mlp attention)",
+    )
     # linear: tanh(W [h_fwd; h_bwd]); copy: [h_fwd; h_bwd] as is (OpenNMT-py's default; needs
     # dec_hidden = 2 enc_hidden); none: zeros.
     bridge: Literal["none", "linear", "copy"] = _opt(
@@ -359,6 +366,11 @@ def _cross_checks(cfg: Config) -> list[str]:
         )
     if m.input_feeding and m.decoder != "luong":
         problems.append("model.input_feeding: only the luong decoder feeds its output back")
+    if m.attention_output != "tanh" and m.decoder != "luong":
+        problems.append(
+            "model.attention_output: only the luong decoder has an attentional output; "
+            "bahdanau's pre-output is tanh"
+        )
     problems += _heads_checks(m)
     if m.bridge == "copy" and m.dec_hidden != 2 * m.enc_hidden:
         problems.append(

@@ -153,6 +153,7 @@ def fused_loop(
         w_hh=w_hh,
         b_hh=b_hh,
         w_c=decoder.combine.weight if isinstance(decoder, LuongDecoder) else None,
+        b_c=decoder.combine.bias if isinstance(decoder, LuongDecoder) else None,
         scorer=scorer,
         keys=enc.keys,
         values=enc.states,
@@ -261,11 +262,13 @@ class LuongDecoder(nn.Module):
         dropout: float,
         attention: Attention,
         input_feeding: bool,
+        linear_output: bool = False,
     ) -> None:
         super().__init__()
         self.attention = attention
         self.output_size = hidden_size
         self.input_feeding = input_feeding
+        self.linear_output = linear_output
         self.rnn = rnn_layer(
             cell,
             input_size=emb_size + (hidden_size if input_feeding else 0),
@@ -273,8 +276,8 @@ class LuongDecoder(nn.Module):
             num_layers=num_layers,
             dropout=dropout,
         )
-        # Luong's W_c has no bias.
-        self.combine = nn.Linear(context_size + hidden_size, hidden_size, bias=False)
+        # Luong's W_c has no bias; the linear output (OpenNMT-py's mlp attention) has one.
+        self.combine = nn.Linear(context_size + hidden_size, hidden_size, bias=linear_output)
 
     def init_state(self, enc: Encoded) -> DecoderState:
         feed = enc.final.new_zeros(enc.final.shape[1:]) if self.input_feeding else None  # (B, Hd)
@@ -286,7 +289,8 @@ class LuongDecoder(nn.Module):
         """s (B, [T,] Hd) at target positions first, first + 1, ... -> h̃ (B, [T,] Hd),
         attention (B, [H,] [T,] S)."""
         context, weights = self.attention(s, enc.keys, enc.states, enc.mask, first, heads)
-        return torch.tanh(self.combine(torch.cat([context, s], dim=-1))), weights
+        out = self.combine(torch.cat([context, s], dim=-1))  # (B, [T,] Hd)
+        return (out if self.linear_output else torch.tanh(out)), weights
 
     def _step_core(
         self, emb: Tensor, state: DecoderState, enc: Encoded, heads: bool = False

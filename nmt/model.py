@@ -359,7 +359,8 @@ def _decoder(cfg: ModelConfig, *, context_size: int) -> Decoder:
     if cfg.decoder == "bahdanau":
         decoder = BahdanauDecoder(**shared)
     else:
-        decoder = LuongDecoder(**shared, input_feeding=cfg.input_feeding)
+        linear = cfg.attention_output == "linear"
+        decoder = LuongDecoder(**shared, input_feeding=cfg.input_feeding, linear_output=linear)
     return decoder
 
 

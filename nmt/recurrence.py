@@ -79,7 +79,7 @@ class _Loop(torch.autograd.Function):
     def forward(
         ctx: Any, static: tuple[float, str, int], gi_emb: Tensor, h0: Tensor, *params: Any
     ) -> tuple[Tensor, ...]:
-        # params: w_ir, w_hh, b_hh, w_c, w_q, b_q, v, w_p, v_p, keys, values, mask (`_Run`)
+        # params: w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p, keys, values, mask (`_Run`)
         run = _Run(static, *params)
         outs = run.forward(gi_emb, h0, keep=True)
         ctx.run = run
@@ -98,7 +98,7 @@ class _Loop(torch.autograd.Function):
             None,
             g_gi.to(dt_gi),
             g_h0.to(dt_h0),
-            *g_params,  # w_ir, w_hh, b_hh, w_c, w_q, b_q, v, w_p, v_p
+            *g_params,  # w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p
             g_keys.to(dt_k),
             g_values.to(dt_v),
             None,
@@ -107,7 +107,8 @@ class _Loop(torch.autograd.Function):
 
 class _Run:
     """One batch's pass: the forward's saved steps and the backward that consumes them.
-    Luong's when `w_c` (its output layer) is given, Bahdanau's otherwise."""
+    Luong's when `w_c` (its output layer) is given, Bahdanau's otherwise; Luong's output is
+    tanh(W_c u), or W_c u + b_c (linear, no tanh) when its bias `b_c` is given."""
 
     def __init__(
         self,
@@ -116,6 +117,7 @@ class _Run:
         w_hh: Tensor,
         b_hh: Tensor,
         w_c: Tensor | None,
+        b_c: Tensor | None,
         w_q: Tensor | None,
         b_q: Tensor | None,
         v: Tensor | None,
@@ -130,9 +132,10 @@ class _Run:
         self.cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
         self.scale, self.scope, self.width = static
         self.mask = mask
-        self.params = (w_ir, w_hh, b_hh, w_c, w_q, b_q, v, w_p, v_p)
+        self.params = (w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p)
         self.w_ir, self.w_hh = self._c(w_ir), self._c(w_hh)
         self.w_c = None if w_c is None else self._c(w_c)
+        self.b_c = None if b_c is None else b_c.float()  # (H,) a linear output's bias
         self.w_q = None if w_q is None else self._c(w_q)
         self.b_hh = self._c(b_hh)
         self.b_q = None if b_q is None else self._c(b_q)
@@ -229,7 +232,8 @@ class _Run:
                 h = self._gru(gi_emb[:, t], h, feed, s)
                 context, alpha = self._attend(h, t, s)
                 u = torch.cat([context, h], dim=-1)  # (B, Dv + H)
-                feed = torch.tanh(self._mm(u, self.w_c))  # (B, H) h̃_t
+                pre = self._mm(u, self.w_c)  # (B, H)
+                feed = torch.tanh(pre) if self.b_c is None else pre + self.b_c  # h̃_t
                 s.update(u=u, out=feed)
                 outs.append(feed)
             else:
@@ -317,8 +321,9 @@ class _Run:
         for t in reversed(range(T)):
             s = steps[t]
             if self.w_c is not None:  # Luong
-                d_out = s["out"]
-                d_pre = _tanh_backward(g_out[:, t] + d_feed, d_out)  # (B, H)
+                d_pre = g_out[:, t] + d_feed  # (B, H) into h̃_t
+                if self.b_c is None:
+                    d_pre = _tanh_backward(d_pre, s["out"])
                 acc["d_c"].append(d_pre)
                 du = self._mm(d_pre, self.w_c.t())  # (B, Dv + H)
                 dv = self.values.size(2)
@@ -345,12 +350,16 @@ class _Run:
         def wgrad(d: Tensor, x: Tensor) -> Tensor:  # dᵀ x, in the products' dtype
             return (self._c(d).t() @ self._c(x)).float()
 
-        w_ir, w_hh, b_hh, w_c, w_q, b_q, v, w_p, v_p = self.params
+        w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p = self.params
         d_gh = back("d_gh")  # (T·B, 3H)
         g_w_ir = wgrad(back("d_gi"), rows("x")).to(w_ir.dtype)
         g_w_hh = wgrad(d_gh, rows("h")).to(w_hh.dtype)
         g_b_hh = d_gh.sum(0).to(b_hh.dtype)
-        g_w_c = None if w_c is None else wgrad(back("d_c"), rows("u")).to(w_c.dtype)
+        g_w_c = g_b_c = None
+        if w_c is not None:
+            d_c = back("d_c")  # (T·B, H)
+            g_w_c = wgrad(d_c, rows("u")).to(w_c.dtype)
+            g_b_c = None if b_c is None else d_c.sum(0).to(b_c.dtype)
         alpha = torch.stack([s["alpha"] for s in steps], dim=1)  # (B, T, S)
         dc = torch.stack(acc["dc"][::-1], dim=1)  # (B, T, Dv)
         g_values = torch.bmm(alpha.transpose(1, 2), dc)  # (B, S, Dv)
@@ -371,7 +380,7 @@ class _Run:
             g_w_p = wgrad(back("d_pre_p"), rows("q")).to(w_p.dtype)
             g_v_p = torch.stack(acc["d_vp"]).sum(0).unsqueeze(0).to(v_p.dtype)  # (1, H)
         g_gi = torch.stack(d_gi_all[::-1], dim=1)  # (B, T, 3H)
-        weights = (g_w_ir, g_w_hh, g_b_hh, g_w_c, g_w_q, g_b_q, g_v, g_w_p, g_v_p)
+        weights = (g_w_ir, g_w_hh, g_b_hh, g_w_c, g_b_c, g_w_q, g_b_q, g_v, g_w_p, g_v_p)
         return g_gi, dh0, *weights, g_keys, g_values
 
 
@@ -402,6 +411,7 @@ def decoder_loop(
     w_hh: Tensor,
     b_hh: Tensor,
     w_c: Tensor | None,
+    b_c: Tensor | None,
     scorer: Scorer,
     keys: Tensor,
     values: Tensor,
@@ -411,13 +421,14 @@ def decoder_loop(
 
     gi_emb (B, T, 3H): the embedding's part of the input gates plus b_ih, for all steps.
     h0 (B, H) initial state; w_ir (3H, R) the input weight's other columns; w_hh (3H, H),
-    b_hh (3H,); w_c (H, Dv + H) Luong's output layer, None for a Bahdanau decoder. keys (B, S, Dp),
-    values (B, S, Dv), mask (B, S) bool as for `Attention.forward`.
+    b_hh (3H,); w_c (H, Dv + H) Luong's output layer, None for a Bahdanau decoder; b_c (H,)
+    its bias where the output is linear (W_c u + b_c, no tanh), None for Luong's tanh.
+    keys (B, S, Dp), values (B, S, Dv), mask (B, S) bool as for `Attention.forward`.
     Returns Luong: h̃ (B, T, H), weights (B, T, S); Bahdanau: s (B, T, H), contexts
     (B, T, Dv), weights (B, T, S).
     """
     sc = scorer
-    args = (w_ir, w_hh, b_hh, w_c, sc.w_q, sc.b_q, sc.v, sc.w_p, sc.v_p, keys, values, mask)
+    args = (w_ir, w_hh, b_hh, w_c, b_c, sc.w_q, sc.b_q, sc.v, sc.w_p, sc.v_p, keys, values, mask)
     if not torch.is_grad_enabled():  # validation: nothing to save
         run = _Run(sc.static, *args)
         return run.forward(gi_emb, h0, keep=False)

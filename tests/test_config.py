@@ -96,6 +96,8 @@ def test_attention_aliases(alias, canonical):
 def test_cross_checks():
     found = problems_of({"model": {"input_feeding": True, "decoder": "bahdanau"}})
     assert found[0].startswith("model.input_feeding:")
+    found = problems_of({"model": {"attention_output": "linear", "decoder": "bahdanau"}})
+    assert found[0].startswith("model.attention_output:")
     found = problems_of({"train": {"device": "tpu"}})
     assert found[0].startswith("train.device:")
 

@@ -183,6 +183,25 @@ def test_copy_bridge_starts_the_decoder_from_the_encoder_final_states(cell: str)
         torch.testing.assert_close(enc.final_cell, final_cell)
 
 
+@pytest.mark.parametrize("output", ["tanh", "linear"])
+def test_luong_attentional_output_is_tanh_or_linear_with_a_bias(output: str) -> None:
+    """Luong's h̃ = tanh(W_c [c; s]) with no bias (checkpoints of before load unchanged);
+    linear: W_c [c; s] + b, OpenNMT-py's mlp attention output, unbounded."""
+    model = make_model(decoder="luong", input_feeding=True, attention_output=output).eval()
+    combine = model.decoder.combine
+    assert (combine.bias is not None) == (output == "linear")
+    with torch.no_grad():
+        combine.weight.mul_(20.0)  # drive tanh to saturation: only linear goes past 1
+    s = torch.randn(3, 10)  # (B, Hd) decoder states
+    with torch.no_grad():
+        enc = model.encode(*batch(SHAPES)[:2])
+        out, _ = model.decoder._attend(s, enc, 0)
+        context, _ = model.decoder.attention(s, enc.keys, enc.states, enc.mask)
+        want = combine(torch.cat([context, s], dim=-1))
+    torch.testing.assert_close(out, want if output == "linear" else torch.tanh(want))
+    assert (out.abs().max() > 1) == (output == "linear")
+
+
 def test_no_bridge_starts_the_decoder_from_zeros() -> None:
     model = make_model(bridge="none", cell="lstm").eval()
     src, lens, _ = batch(SHAPES)

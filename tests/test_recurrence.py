@@ -18,13 +18,28 @@ FED_BACK: dict[str, dict[str, Any]] = {
     "bahdanau": {"decoder": "bahdanau"},
     "luong_feeding": {"decoder": "luong", "input_feeding": True},
 }
-COMBOS = [
-    pytest.param({"attention": a, **FED_BACK[s]}, id=f"{a}-{s}")
-    for a, s in itertools.product(SCORERS, FED_BACK)
-] + [  # copy attention: its loss reads the attention weights, so their gradient flows back
-    pytest.param({"attention": a, "copy": True, **FED_BACK[s]}, id=f"{a}-{s}-copy")
-    for a, s in itertools.product(SCORERS, FED_BACK)
-]
+COMBOS = (
+    [
+        pytest.param({"attention": a, **FED_BACK[s]}, id=f"{a}-{s}")
+        for a, s in itertools.product(SCORERS, FED_BACK)
+    ]
+    + [  # copy attention: its loss reads the attention weights, so their gradient flows back
+        pytest.param({"attention": a, "copy": True, **FED_BACK[s]}, id=f"{a}-{s}-copy")
+        for a, s in itertools.product(SCORERS, FED_BACK)
+    ]
+    + [  # the linear attentional output W_c u + b_c (OpenNMT-py's mlp attention), no tanh
+        pytest.param(
+            {
+                "attention": a,
+                "attention_output": "linear",
+                "copy": copy,
+                **FED_BACK["luong_feeding"],
+            },
+            id=f"{a}-luong_feeding-linear" + ("-copy" if copy else ""),
+        )
+        for a, copy in [*((a, False) for a in SCORERS), ("concat", True)]
+    ]
+)
 SHAPES = [(5, 6), (3, 4), (7, 2)]  # (source, target) lengths: padding on both sides
 
 
