@@ -143,6 +143,8 @@ def fused_loop(
     scorer = scorer_of(decoder.attention)
     if scorer is None:
         return None
+    # Luong's W_c; its bias exists exactly when the output is linear (no tanh), as the loop reads it
+    combine = decoder.combine if isinstance(decoder, LuongDecoder) else None
     size = emb.size(-1)
     w_ih, w_hh, b_ih, b_hh = rnn.all_weights[0]  # w_ih (3Hd, E + R): the embedding's first
     gi_emb = nn.functional.linear(emb, w_ih[:, :size], b_ih)  # (B, T, 3Hd)
@@ -152,8 +154,8 @@ def fused_loop(
         w_ir=w_ih[:, size:],
         w_hh=w_hh,
         b_hh=b_hh,
-        w_c=decoder.combine.weight if isinstance(decoder, LuongDecoder) else None,
-        b_c=decoder.combine.bias if isinstance(decoder, LuongDecoder) else None,
+        w_c=None if combine is None else combine.weight,
+        b_c=None if combine is None else combine.bias,
         scorer=scorer,
         keys=enc.keys,
         values=enc.states,
@@ -268,7 +270,7 @@ class LuongDecoder(nn.Module):
         self.attention = attention
         self.output_size = hidden_size
         self.input_feeding = input_feeding
-        self.linear_output = linear_output
+        self.linear_output = linear_output  # kept: int8's quantized combine has no .bias tensor
         self.rnn = rnn_layer(
             cell,
             input_size=emb_size + (hidden_size if input_feeding else 0),
