@@ -2,6 +2,7 @@
 French, and the name each one must carry over (docs/names.tsv), and score translations of it.
 
     python scripts/names_set.py write [--data ../shared/data]   # (re)writes docs/names.tsv
+    python scripts/names_set.py write --untuned                 # docs/names_untuned.tsv
     python scripts/names_set.py score docs/names.tsv HYPS       # share of names copied
     python scripts/names_set.py model RUN_DIR [--beam 5]        # translate it, then score
 
@@ -13,6 +14,9 @@ the shipped configs train on (Multi30k's train split, the whole Tatoeba file), s
 holds only names never seen. A name counts as copied when the translation holds it as a
 whole word: as written in the source (lowercase sentences: lowercase or capitalised;
 capitals: in capitals).
+
+`--untuned` writes a second set from other names (UNTUNED_NAMES) through the same templates,
+written once in session 13 and never tuned on: report it beside the first, do not tune on it.
 """
 
 from __future__ import annotations
@@ -42,6 +46,17 @@ NAMES = [
     "فاطمة", "אביגיל",
 ]  # fmt: skip
 
+UNTUNED_NAMES = [
+    "Eilidh", "Ruairí", "Grzegorz", "Szczepan", "Agnieszka", "Leocádia", "Joaquín", "Eulàlia",
+    "Txomin", "Ainhoa", "Mbali", "Chukwuemeka", "Adaeze", "Aroha", "Tavita", "Keoni", "Nguyễn",
+    "Huong", "Batbayar", "Zhanna", "Ksenia", "Radomír", "Přemysl", "Ildikó", "Gergő", "Ľubomír",
+    "Dragoș", "Şükrü", "Gülşen", "Þórdís", "Sigríður", "Eyjólfur", "Maëlys", "Perpetua",
+    "Ifeoluwa", "Nomvula", "Tsegaye", "Yerlan", "Dorjsuren", "Anjali", "Siddharth", "Kiri",
+    "Wairimu", "Itzel", "Xochitl", "Ulrike", "Ingeborg", "Finnur", "Oddbjørg",
+    "Ольга", "Борис", "Γιώργος", "Δήμητρα", "ნინო", "สมชาย", "Արամ", "ゆうき", "서연", "张伟",
+    "अर्जुन", "يوسف", "נועה",
+]  # fmt: skip
+
 TEMPLATES = [
     ("{N} ate an apple.", "{N} a mangé une pomme."),
     ("I saw {N} yesterday.", "J'ai vu {N} hier."),
@@ -65,18 +80,18 @@ def _whole(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
 
 
-def _seen_names(data: Path) -> set[str]:
-    """The NAMES that occur in the training corpora, as whole words in any case."""
+def _seen_names(data: Path, names: list[str]) -> set[str]:
+    """The `names` that occur in the training corpora, as whole words in any case."""
     texts = [data / "multi30k" / "train.en", data / "multi30k" / "train.fr"]
     texts.append(data / "tatoeba" / "fra-eng.tsv")
     corpus = "\n".join(p.read_text(encoding="utf-8") for p in texts).lower()
-    return {n for n in NAMES if _whole(n.lower()).search(corpus)}
+    return {n for n in names if _whole(n.lower()).search(corpus)}
 
 
-def rows(seen: set[str]) -> list[tuple[str, str, str, str]]:
+def rows(names: list[str], seen: set[str]) -> list[tuple[str, str, str, str]]:
     """(English, French, name as it must come out, variant) for each sentence."""
     out = []
-    names = [n for n in NAMES if n not in seen]
+    names = [n for n in names if n not in seen]
     for i, name in enumerate(names):
         for j in range(PER_NAME):
             en, fr = TEMPLATES[(i * PER_NAME + j) % len(TEMPLATES)]
@@ -135,7 +150,8 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write")
     w.add_argument("--data", type=Path, default=Path("../shared/data"))
-    w.add_argument("--out", type=Path, default=Path("docs/names.tsv"))
+    w.add_argument("--untuned", action="store_true", help="the second set, UNTUNED_NAMES")
+    w.add_argument("--out", type=Path, help="docs/names.tsv (docs/names_untuned.tsv)")
     s = sub.add_parser("score")
     s.add_argument("names", type=Path)
     s.add_argument("hyps", type=Path, help="one translation per line of the set's English")
@@ -146,14 +162,16 @@ def main() -> None:
     m.add_argument("--hyps", type=Path, help="also write the translations here")
     args = parser.parse_args()
     if args.command == "write":
-        seen = _seen_names(args.data)
-        table = rows(seen)
-        with args.out.open("w", encoding="utf-8", newline="") as f:
+        names = UNTUNED_NAMES if args.untuned else NAMES
+        out = args.out or Path("docs/names_untuned.tsv" if args.untuned else "docs/names.tsv")
+        seen = _seen_names(args.data, names)
+        table = rows(names, seen)
+        with out.open("w", encoding="utf-8", newline="") as f:
             writer = csv.writer(f, delimiter="\t", lineterminator="\n")
             writer.writerow(["en", "fr", "name", "variant"])
             writer.writerows(table)
         dropped = ", ".join(sorted(seen)) or "none"
-        print(f"{args.out}: {len(table)} sentences, {len(NAMES) - len(seen)} names "
+        print(f"{out}: {len(table)} sentences, {len(names) - len(seen)} names "
               f"({len(seen)} dropped, seen in training: {dropped})")  # fmt: skip
         return
     if args.command == "score":

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_data import EN, FR, corpus_config, quiet, write_split
 
-from nmt.augment import invented_name, name_copies, put_name, shared_name
+from nmt.augment import _WORD_HEADS, invented_name, name_copies, put_name, shared_name
 from nmt.data import prepare
 from nmt.tokenizer import Tokenizer
 
@@ -75,13 +75,29 @@ def test_invented_names_have_what_real_names_have():
     words = ["cheval", "silhouette", "marchand", "bicycle"]
     spliced = [invented_name(rng, words) for _ in range(900)]
 
-    def from_words(name: str) -> bool:  # a word's start (2+ letters), then a word's end
+    def from_words(name: str, heads: set[str]) -> bool:  # a head, then a word's end
         n = name.lower()
-        heads = {w[:i] for w in words for i in range(2, len(w))}
         tails = {w[i:] for w in words for i in range(1, len(w) - 1)}
-        return any(n[:i] in heads and n[i:] in tails for i in range(2, len(n)))
+        return any(n[:i] in heads and n[i:] in tails for i in range(1, len(n)))
 
-    assert 400 < sum(map(from_words, spliced)) < 530  # half of 900, and a few by chance
+    starts = {w[:i] for w in words for i in range(2, len(w))}  # a word's start, 2+ letters
+    english = set(_WORD_HEADS) - starts  # "i", "the": an English word, then a word's end
+    # half of 900 spliced, 15 % of those in another script; a quarter with an English word
+    assert 330 < sum(from_words(n, starts | english) for n in spliced) < 460
+    assert 50 < sum(from_words(n, english) for n in spliced) < 130
+
+
+def test_some_invented_names_are_in_other_scripts():
+    """Cyrillic and Greek (letters partly in the vocabulary) and scripts without letter case."""
+    rng = random.Random(2)
+    names = [invented_name(rng) for _ in range(2000)]
+    cyrillic = [n for n in names if re.fullmatch(r"[А-Яа-яЁё]+", n)]
+    greek = [n for n in names if re.fullmatch(r"[\u0370-\u03ff]+", n)]
+    uncased = [n for n in names if n.lower() == n.upper()]
+    assert all(n[0].isupper() for n in cyrillic + greek)
+    assert 60 < len(cyrillic) < 140 and 60 < len(greek) < 140 and 60 < len(uncased) < 140
+    assert sum(bool(re.search("[άέήίόύώ]", n.lower())) for n in greek) > len(greek) / 3
+    assert {"Ñ", "ñ", "Ç", "ç"} & set("".join(names))  # letters that no name held before
 
 
 def test_put_name_makes_french_elision_right():
