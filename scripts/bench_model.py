@@ -113,8 +113,13 @@ def main() -> None:
     dtypes = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
     default = ["fp32", "bf16"] + ([] if device.type == "cpu" else ["fp16"])
     names = args.dtypes.split(",") if args.dtypes else default
+    styles = args.styles.split(",")
+    for what, asked, known in (("--styles", styles, STYLES), ("--dtypes", names, dtypes)):
+        if unknown := [a for a in asked if a not in known]:  # before any timing, not after
+            expected = ", ".join(known)
+            parser.error(f"{what}: unknown {', '.join(unknown)}; expected some of {expected}")
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}")
-    for style in args.styles.split(","):
+    for style in styles:
         for name in names:
             _time_setting(args, device, style, name, dtypes[name])
 
