@@ -32,7 +32,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from nmt.attention import Attention
+from nmt.attention import Attention, additive_hidden, from_sigmoid
 from nmt.config import heads_problems
 
 
@@ -83,8 +83,10 @@ class MultiHeadAttention(Attention):
         if self.v is None:  # dot, scaled dot, bilinear
             scores = torch.matmul(q, keys.transpose(-1, -2))  # (B, H, T, S)
             return scores * self.scale if self.scale != 1.0 else scores
-        hidden = torch.tanh(q.unsqueeze(3) + keys.unsqueeze(2))  # (B, H, T, S, A/H)
-        return torch.einsum("bhtsa,ha->bhts", hidden, self.v.to(hidden.dtype))  # (B, H, T, S)
+        hidden, sigmoid = additive_hidden(q.unsqueeze(3), keys.unsqueeze(2))  # (B, H, T, S, A/H)
+        v = self.v.to(hidden.dtype)  # (H, A/H)
+        scores = torch.einsum("bhtsa,ha->bhts", hidden, v)  # (B, H, T, S)
+        return from_sigmoid(scores, v.sum(-1)[:, None, None]) if sigmoid else scores
 
     def context(self, weights: Tensor, proj_keys: Tensor, values: Tensor) -> Tensor:
         """Each head's average of its projected values, joined and projected: weights

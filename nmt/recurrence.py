@@ -41,6 +41,7 @@ from nmt.attention import (
     ConcatAttention,
     DotAttention,
     ScaledDotAttention,
+    from_sigmoid,
     masked_softmax,
 )
 from nmt.local_attention import centres_monotonic, window_mask
@@ -140,6 +141,7 @@ class _Run:
         self.b_hh = self._c(b_hh)
         self.b_q = None if b_q is None else self._c(b_q)
         self.v = None if v is None else v.float().squeeze(0)  # (A,)
+        self.v_sum = None if self.v is None else self.v.sum()  # Σv, once a batch (`from_sigmoid`)
         self.w_p = None if w_p is None else self._c(w_p)  # local-p's predictor
         self.v_p = None if v_p is None else v_p.float().squeeze(0)  # (H,)
         self.var = (self.width / 2) ** 2  # local-p's Gaussian: σ² = (D/2)²
@@ -165,11 +167,12 @@ class _Run:
             scores = torch.bmm(self.keys_c, self._c(q).unsqueeze(2)).squeeze(2).float()
             scores = scores * self.scale if self.scale != 1.0 else scores  # (B, S)
         else:
-            assert self.b_q is not None and self.v is not None
+            assert self.b_q is not None and self.v is not None and self.v_sum is not None
             qp = torch.addmm(self.b_q, self._c(q), self.w_q.t()).float()  # (B, A)
-            hid = torch.tanh(qp.unsqueeze(1) + self.keys)  # (B, S, A)
-            scores = hid @ self.v  # (B, S)
-            s["hid"] = hid
+            # σ(2qp + 2k): the float32 stand-in for tanh(qp + k) (`additive_hidden`)
+            sig = torch.add((qp * 2).unsqueeze(1), self.keys, alpha=2).sigmoid_()  # (B, S, A)
+            scores = from_sigmoid(sig @ self.v, self.v_sum)  # (B, S) vᵀ tanh(qp + k)
+            s["sig"] = sig
         mask = self.mask  # (B, S)
         if self.scope != "global":
             scores, mask = self._window(q, t, scores, s)
@@ -267,16 +270,19 @@ class _Run:
             acc["ds"].append(ds)
             d_q_scores = torch.bmm(ds.unsqueeze(1), self.keys).squeeze(1)  # (B, Dp = H)
             return d_q_scores if d_q is None else d_q_scores + d_q
-        hid = s["hid"]  # (B, S, A)
+        sig = s["sig"].flatten(0, 1)  # (B·S, A) σ(2x), tanh(x) = 2σ − 1
         assert self.v is not None
-        d_pre = _tanh_backward(ds.unsqueeze(2) * self.v, hid)  # (B, S, A)
+        # d tanh(x)/dx = 1 − tanh² = 4σ(1 − σ): the 4 rides on ds (B, S), not on (B, S, A)
+        d_pre = _sigmoid_backward((ds * 4).unsqueeze(2) * self.v, s["sig"])  # (B, S, A)
         d_qp = d_pre.sum(1)  # (B, A)
+        # Σ ds·tanh = 2 σᵀds − Σds over the batch's B·S pairs: (A,)
+        d_v = torch.addmv(-ds.sum(), sig.t(), ds.flatten(), alpha=2)  # (A,)
         if acc["d_keys"]:
             acc["d_keys"][0].add_(d_pre)  # (B, S, A) summed over steps
-            acc["d_v"][0].addmv_(hid.flatten(0, 1).t(), ds.flatten())  # (A,) += Σ ds·hid
+            acc["d_v"][0].add_(d_v)
         else:
             acc["d_keys"].append(d_pre)
-            acc["d_v"].append(hid.flatten(0, 1).t() @ ds.flatten())  # (A,)
+            acc["d_v"].append(d_v)
         acc["d_qp"].append(d_qp)
         d_q_scores = self._mm(d_qp, self.w_q.t())  # (B, H)
         return d_q_scores if d_q is None else d_q_scores + d_q

@@ -13,6 +13,7 @@ from nmt.attention import (
     BilinearAttention,
     ConcatAttention,
     DotAttention,
+    additive_hidden,
     build_attention,
     masked_softmax,
 )
@@ -144,6 +145,39 @@ def test_concat_is_v_tanh_w_of_concatenation() -> None:
     hidden = torch.tanh(pairs @ w.T + att.query_proj.bias)  # (B, T, S, A)
     expected = (hidden @ att.v.weight.T).squeeze(-1)
     torch.testing.assert_close(att.score(query, att.project_keys(keys)), expected)
+
+
+def test_additive_hidden_is_tanh_through_a_sigmoid_in_float32_only() -> None:
+    q, k = torch.randn(3, 4, 1, 8) * 3, torch.randn(3, 1, 5, 8) * 3
+    hidden, sigmoid = additive_hidden(q, k)
+    assert sigmoid and hidden.shape == (3, 4, 5, 8)
+    torch.testing.assert_close(hidden * 2 - 1, torch.tanh(q + k))
+    for dtype in (torch.bfloat16, torch.float16):  # half precision: tanh itself, bit for bit
+        hidden, sigmoid = additive_hidden(q.to(dtype), k.to(dtype))
+        assert not sigmoid and hidden.dtype == dtype
+        assert torch.equal(hidden, torch.tanh(q.to(dtype) + k.to(dtype)))
+
+
+def test_concat_scores_and_gradients_match_tanh_in_float64() -> None:
+    """The float32 sigmoid route (`additive_hidden`) against vᵀ tanh(W_q s + b + W_k h)
+    computed in float64 by autograd: scores and every gradient."""
+    query, keys, _ = inputs()
+    att = scorer("concat")
+    params = [att.query_proj.weight, att.query_proj.bias, att.key_proj.weight, att.v.weight]
+    query.requires_grad_(True)
+    keys.requires_grad_(True)
+    scores = att.score(query, att.project_keys(keys))
+    up = torch.randn_like(scores)
+    got = torch.autograd.grad((scores * up).sum(), [query, keys, *params])
+    wide = [x.detach().double().requires_grad_(True) for x in (query, keys, *params)]
+    wq, bq, wk, v = wide[2:]
+    q = wide[0] @ wq.T + bq  # (B, T, A)
+    hidden = torch.tanh(q.unsqueeze(2) + (wide[1] @ wk.T).unsqueeze(1))  # (B, T, S, A)
+    expected = (hidden @ v.T).squeeze(-1)  # (B, T, S)
+    want = torch.autograd.grad((expected * up.double()).sum(), wide)
+    torch.testing.assert_close(scores.double(), expected, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-5)
 
 
 def test_concat_hidden_size_defaults_to_query_size() -> None:
