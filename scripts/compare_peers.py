@@ -10,6 +10,12 @@ to OpenNMT-py, is printed and written as JSON.
 
     .venv/bin/python scripts/compare_peers.py --minutes 4 --data ../shared/data/multi30k
 
+`--updates N` trains each for N updates instead, with no time budget, and decodes the
+step-N checkpoints: models equally far along, so that decoding times and BLEU compare (the
+minutes are each toolkit's own; Joey NMT's adapter has a time budget only and is left out):
+
+    .venv/bin/python scripts/compare_peers.py --updates 1000 --only opennmt-py,nmt-fp32
+
 Learning curves (BLEU against minutes): `--curve N` has nmt validate every N updates (its
 greedy validation BLEU, the minutes it was reached at, validation time included as in any
 nmt run) and OpenNMT-py save a checkpoint every N steps (validating every 500 as usual),
@@ -39,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -47,7 +54,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peers import ADAPTERS, opennmt  # noqa: E402
+from peers import ADAPTERS, joey, opennmt  # noqa: E402
 from peers.common import (  # noqa: E402
     CONFIG,
     DECODINGS,
@@ -61,6 +68,7 @@ from peers.limit import Limit, cpu_flags, cpu_name, limit  # noqa: E402
 
 from nmt.config import load_config  # noqa: E402
 from nmt.display import save_figure  # noqa: E402
+from nmt.run_dir import OWNER_MARK  # noqa: E402
 from nmt.runtime import cpu_has_bf16_matmul  # noqa: E402
 
 
@@ -144,7 +152,7 @@ def plot(results: list[Result], path: Path, minutes: float) -> None:
             )
     ax.set_xlabel("training minutes (this machine)")
     ax.set_ylabel("val BLEU, greedy (sacreBLEU)")
-    ax.set_xlim(0, minutes * 1.05)
+    ax.set_xlim(0, minutes * 1.05 if minutes else None)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -155,6 +163,12 @@ def plot(results: list[Result], path: Path, minutes: float) -> None:
 def _arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--minutes", type=float, default=4.0, help="training time of each")
+    ap.add_argument(
+        "--updates",
+        type=int,
+        default=0,
+        help="train each for this many updates instead of --minutes (no time budget)",
+    )
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "nmt-peers")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "compare_peers.json")
@@ -186,16 +200,27 @@ def main() -> None:
         raise SystemExit(f"--data {args.data}: no train.en there; expected Multi30k's files")
     args.work.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(","))
+    if args.updates < 0:
+        raise SystemExit(f"--updates {args.updates}: expected a number of updates >= 1")
+    if args.updates:
+        args.minutes = 0.0  # every adapter reads 0 as "no time budget"
+        if only & set(joey.KEYS):
+            print(f"{joey.NAME}: left out: its adapter trains for --minutes only")
+            only -= set(joey.KEYS)
     threads = torch.get_num_threads()
     flags = cpu_flags()
+    budget = f"{args.updates} updates" if args.updates else f"{args.minutes} min"
     print(
         f"{cpu_name()}; flags: {' '.join(flags) or 'unknown'}; {threads} threads, torch "
-        f"{torch.__version__}, {args.minutes} min each; work in {args.work}"
+        f"{torch.__version__}, {budget} each; work in {args.work}"
     )
     limits = machine_limits(args)
 
-    # One sentencepiece model for all: nmt's tokenizer, trained once.
+    # One sentencepiece model for all: nmt's tokenizer, trained once. A folder this script
+    # made with an nmt that did not mark its runs (or a prepare cut short) is started again.
     spm_run = args.work / "spm-run"
+    if spm_run.is_dir() and not (spm_run / OWNER_MARK).is_file():
+        shutil.rmtree(spm_run)
     sh(
         [
             sys.executable,
@@ -240,6 +265,7 @@ def main() -> None:
                 "cpu_flags": flags,
                 "limits": {p: asdict(lim) for p, lim in limits.items()},
                 "minutes": args.minutes,
+                "updates": args.updates,
                 "nmt_config": str(args.nmt_config),
                 "nmt_set": args.nmt_set,
                 "results": [asdict(r) for r in results],

@@ -111,7 +111,8 @@ def median_after_first(windows: list[float]) -> float:
 def train_peer(
     name: str, tag: str, cmd: list[str], pattern: re.Pattern, env: dict, args: argparse.Namespace
 ) -> Result:
-    """Train a peer for --minutes; its speed read from its log (`pattern`: step, tokens/s)."""
+    """Train a peer for --minutes (0: until it stops by itself, as with --updates); its speed
+    read from its log (`pattern`: step, tokens/s)."""
     log = args.work / f"{tag}.train.log"
     started = time.time()
     rss = run(cmd, log=log, env=env, minutes=args.minutes)

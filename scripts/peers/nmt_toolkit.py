@@ -39,6 +39,8 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
         r = nmt_train(f"nmt {precision}", precision, args, run_dir)
         same = (run_dir / "spm.model").read_bytes() == shared.spm_model.read_bytes()
         r.note = "same sentencepiece model" if same else "sentencepiece model differs!"
+        if args.updates and r.steps != args.updates:
+            r.note += f"; stopped at step {r.steps}, not the {args.updates} asked for!"
         nmt_decode(r, run_dir, precision, args)
         results.append(r)
         print(f"  {r.tokens_per_s:,.0f} tok/s, {r.decode}", flush=True)
@@ -51,7 +53,9 @@ def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path
         f"data.dir={args.data}",
         f"run.dir={run_dir}",
         f"train.precision={precision}",
-        f"train.max_minutes={args.minutes}",
+        # --updates: that many and no time budget; else the minutes
+        f"train.max_minutes={args.minutes or 'null'}",
+        f"train.max_steps={args.updates}",
         "train.max_epochs=0",
         f"train.log_every={args.log_every}",
         # no validation inside the timed run, unless a learning curve is wanted

@@ -63,7 +63,8 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
         result = _train(args, shared, home, bin_dir, env)
     else:
         result.decode, result.curve = {}, []
-    checkpoints = _within_budget(home, result.started + args.minutes * 60)
+    budget_end = result.started + args.minutes * 60 if args.minutes else float("inf")
+    checkpoints = _within_budget(home, budget_end)
     if not checkpoints:
         result.note = "no checkpoint written within the budget: nothing decoded"
         return [result]
@@ -79,6 +80,8 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
     if args.curve:
         _curve(args, shared, result, checkpoints, bin_dir, env)
     result.note = f"checkpoint at step {result.steps}, the last written within the budget"
+    if args.updates and result.steps != args.updates:
+        result.note = f"checkpoint at step {result.steps}, not the {args.updates} asked for!"
     print(f"  {result.tokens_per_s:,.0f} tok/s, {result.decode}", flush=True)
     return [result]
 
@@ -121,7 +124,7 @@ def _config(args: argparse.Namespace, pieces: Path, home: Path) -> dict:
         "save_checkpoint_steps": 50 if args.curve else 100,
         "keep_checkpoint": -1,
         "seed": 1,
-        "train_steps": 1000000,
+        "train_steps": args.updates or 1000000,  # it saves a checkpoint at its last step
         "valid_steps": 500 if args.curve else 1000000,
         "report_every": args.log_every,
         "model_type": "text",

@@ -1,0 +1,106 @@
+"""Decoding levers side by side on a trained model: each variant translates the same file in
+the same process, in turn, `--repeats` times (this machine's speed drifts by ±15 % within
+minutes, so only alternation inside one run compares), greedy and with beam 5.
+
+Variants:
+- `as-is`: `Translator` as `nmt translate` runs it (shortlist, the attention's float32
+  sigmoid route);
+- `tanh`: the additive (concat) scorer's hidden layer as tanh(q + k), as before session 14
+  (`nmt.attention.additive_hidden`);
+- `full-vocab`: no shortlist (`nmt translate --full-vocab`).
+
+Prints each variant's fastest time of its repeats (and all of them), BLEU against --ref if
+given, and whether its output equals the first variant's.
+
+Example:
+    .venv/bin/python scripts/bench_translate.py runs/ref_linear/last.pt \\
+        --src ../shared/data/multi30k/test_2016_flickr.en --variants as-is,tanh
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+import nmt.attention
+from nmt import evaluate
+from nmt.ensemble import Ensemble
+from nmt.model import Seq2Seq
+from nmt.translate import Translator
+
+VARIANTS = ("as-is", "tanh", "full-vocab")
+
+
+def _tanh_hidden(q: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    return torch.tanh(q + keys), False
+
+
+@contextlib.contextmanager
+def variant(name: str, tr: Translator) -> Iterator[None]:
+    """`tr` as the variant `name` decodes, put back afterwards."""
+    members = tr.model.models if isinstance(tr.model, Ensemble) else [tr.model]
+    models = [m for m in members if isinstance(m, Seq2Seq)]
+    hidden, shortlists = nmt.attention.additive_hidden, [m.shortlist for m in models]
+    if name == "tanh":
+        nmt.attention.additive_hidden = _tanh_hidden
+    if name == "full-vocab":
+        for m in models:
+            m.shortlist = None
+    try:
+        yield
+    finally:
+        nmt.attention.additive_hidden = hidden
+        for m, s in zip(models, shortlists, strict=True):
+            m.shortlist = s
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("model", help="run directory or checkpoint")
+    p.add_argument("--src", type=Path, required=True)
+    p.add_argument("--ref", type=Path, help="references: BLEU beside each time")
+    p.add_argument("--variants", default="as-is,tanh", help=f"comma-separated: {VARIANTS}")
+    p.add_argument("--beams", default="1,5")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=64)
+    args = p.parse_args()
+    names = args.variants.split(",")
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"--variants: unknown {', '.join(unknown)}; expected {VARIANTS}")
+    tr = Translator.from_checkpoint(args.model, "cpu")
+    lines = args.src.read_text(encoding="utf-8").splitlines()
+    refs = args.ref.read_text(encoding="utf-8").splitlines() if args.ref else None
+    print(f"{args.model}: {len(lines)} sentences, {torch.get_num_threads()} threads, fp32")
+    tr.translate(lines[: args.batch_size], beam=5, batch_size=args.batch_size)  # warm-up
+    for beam in [int(b) for b in args.beams.split(",")]:
+        times: dict[str, list[float]] = {n: [] for n in names}
+        outputs: dict[str, list[str]] = {}
+        for _ in range(args.repeats):
+            for name in names:
+                with variant(name, tr):
+                    seconds, outputs[name] = _timed(tr, lines, beam, args.batch_size)
+                times[name].append(seconds)
+        for name in names:
+            bleu = f", BLEU {evaluate.bleu(outputs[name], refs).score:.2f}" if refs else ""
+            same = "same output" if outputs[name] == outputs[names[0]] else "output differs"
+            runs = ", ".join(f"{t:.2f}" for t in times[name])
+            print(
+                f"beam {beam} {name}: {min(times[name]):.2f} s (runs {runs}){bleu}; {same}; "
+                f"{min(times[names[0]]) / min(times[name]):.2f}x the first"
+            )
+
+
+def _timed(tr: Translator, lines: list[str], beam: int, batch: int) -> tuple[float, list[str]]:
+    start = time.perf_counter()
+    hyps = tr.translate(lines, beam=beam, batch_size=batch)
+    return time.perf_counter() - start, [h.text for h in hyps]
+
+
+if __name__ == "__main__":
+    main()
