@@ -220,7 +220,11 @@ class ConcatAttention(Attention):
         q = self.query_proj(query)  # (B, T, A)
         hidden, sigmoid = additive_hidden(q.unsqueeze(2), proj_keys.unsqueeze(1))  # (B, T, S, A)
         scores = self.v(hidden).squeeze(-1)  # (B, T, S)
-        return from_sigmoid(scores, self.v.weight.sum()) if sigmoid else scores
+        if not sigmoid:
+            return scores
+        # Σv through the module itself: int8 (`nmt.int8`) swaps it for a quantized Linear
+        v_sum = self.v(hidden.new_ones(1, hidden.size(-1))).reshape(())  # ()
+        return from_sigmoid(scores, v_sum)
 
 
 ATTENTIONS: dict[str, type[Attention]] = {
