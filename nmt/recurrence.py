@@ -41,6 +41,7 @@ from nmt.attention import (
     ConcatAttention,
     DotAttention,
     ScaledDotAttention,
+    additive_hidden,
     from_sigmoid,
     masked_softmax,
 )
@@ -169,8 +170,8 @@ class _Run:
         else:
             assert self.b_q is not None and self.v is not None and self.v_sum is not None
             qp = torch.addmm(self.b_q, self._c(q), self.w_q.t()).float()  # (B, A)
-            # σ(2qp + 2k): the float32 stand-in for tanh(qp + k) (`additive_hidden`)
-            sig = torch.add((qp * 2).unsqueeze(1), self.keys, alpha=2).sigmoid_()  # (B, S, A)
+            sig, sigmoid = additive_hidden(qp.unsqueeze(1), self.keys)  # (B, S, A) σ(2qp + 2k)
+            assert sigmoid  # the loop's elementwise work is float32: the backward reads σ
             scores = from_sigmoid(sig @ self.v, self.v_sum)  # (B, S) vᵀ tanh(qp + k)
             s["sig"] = sig
         mask = self.mask  # (B, S)
@@ -276,13 +277,12 @@ class _Run:
         d_pre = _sigmoid_backward((ds * 4).unsqueeze(2) * self.v, s["sig"])  # (B, S, A)
         d_qp = d_pre.sum(1)  # (B, A)
         # Σ ds·tanh = 2 σᵀds − Σds over the batch's B·S pairs: (A,)
-        d_v = torch.addmv(-ds.sum(), sig.t(), ds.flatten(), alpha=2)  # (A,)
         if acc["d_keys"]:
             acc["d_keys"][0].add_(d_pre)  # (B, S, A) summed over steps
-            acc["d_v"][0].add_(d_v)
+            acc["d_v"][0].addmv_(sig.t(), ds.flatten(), alpha=2).sub_(ds.sum())  # (A,)
         else:
             acc["d_keys"].append(d_pre)
-            acc["d_v"].append(d_v)
+            acc["d_v"].append(torch.addmv(-ds.sum(), sig.t(), ds.flatten(), alpha=2))  # (A,)
         acc["d_qp"].append(d_qp)
         d_q_scores = self._mm(d_qp, self.w_q.t())  # (B, H)
         return d_q_scores if d_q is None else d_q_scores + d_q

@@ -79,9 +79,9 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
         result.decode[label] = {"seconds": seconds, "command_s": whole, **scores(hyps, args.data)}
     if args.curve:
         _curve(args, shared, result, checkpoints, bin_dir, env)
-    result.note = f"checkpoint at step {result.steps}, the last written within the budget"
-    if args.updates and result.steps != args.updates:
-        result.note = f"checkpoint at step {result.steps}, not the {args.updates} asked for!"
+    short = args.updates and result.steps != args.updates
+    why = f"not the {args.updates} asked for!" if short else "the last written within the budget"
+    result.note = f"checkpoint at step {result.steps}, {why}"
     print(f"  {result.tokens_per_s:,.0f} tok/s, {result.decode}", flush=True)
     return [result]
 
