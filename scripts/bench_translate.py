@@ -30,6 +30,7 @@ import torch
 import nmt.attention
 from nmt import evaluate
 from nmt.ensemble import Ensemble
+from nmt.errors import NmtError
 from nmt.model import Seq2Seq
 from nmt.translate import Translator
 
@@ -65,20 +66,45 @@ def main() -> None:
     p.add_argument("--src", type=Path, required=True)
     p.add_argument("--ref", type=Path, help="references: BLEU beside each time")
     p.add_argument("--variants", default="as-is,tanh", help=f"comma-separated: {VARIANTS}")
-    p.add_argument("--beams", default="1,5")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--beams", type=_sizes, default="1,5", help="comma-separated beam sizes")
+    p.add_argument("--repeats", type=_size, default=3)
+    p.add_argument("--batch-size", type=_size, default=64)
     args = p.parse_args()
     names = args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
-        raise SystemExit(f"--variants: unknown {', '.join(unknown)}; expected {VARIANTS}")
+        p.error(f"--variants: unknown {', '.join(unknown)}; expected some of {', '.join(VARIANTS)}")
+    try:
+        _compare(args, names)
+    except (NmtError, OSError, UnicodeDecodeError) as e:  # one line, no traceback
+        raise SystemExit(f"error: {e}") from None
+
+
+def _sizes(text: str) -> list[int]:
+    """'1,5' -> [1, 5]: whole numbers of at least 1 (argparse reports the error)."""
+    sizes = [int(x) for x in text.split(",") if x.strip().isdigit()]
+    if len(sizes) != len(text.split(",")) or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers >= 1, comma-separated")
+    return sizes
+
+
+def _size(text: str) -> int:
+    """'3' -> 3: one whole number of at least 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one whole number >= 1")
+    return int(text)
+
+
+def _compare(args: argparse.Namespace, names: list[str]) -> None:
+    """Every variant in turn, `args.repeats` times, each beam size: times, BLEU, sameness."""
     tr = Translator.from_checkpoint(args.model, "cpu")
     lines = args.src.read_text(encoding="utf-8").splitlines()
     refs = args.ref.read_text(encoding="utf-8").splitlines() if args.ref else None
+    if refs is not None and len(refs) != len(lines):
+        raise SystemExit(f"--ref {args.ref}: {len(refs)} lines; --src has {len(lines)}")
     print(f"{args.model}: {len(lines)} sentences, {torch.get_num_threads()} threads, fp32")
     tr.translate(lines[: args.batch_size], beam=5, batch_size=args.batch_size)  # warm-up
-    for beam in [int(b) for b in args.beams.split(",")]:
+    for beam in args.beams:
         times: dict[str, list[float]] = {n: [] for n in names}
         outputs: dict[str, list[str]] = {}
         for _ in range(args.repeats):
