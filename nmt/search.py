@@ -348,9 +348,11 @@ def beam_search(
     that do not end in EOS live on, so the beam never runs short. Live hypotheses compete on
     their raw log-probability; finished ones are ranked by `normalise`. A sentence is done
     when K hypotheses have finished or when it reaches its length limit, where its live
-    hypotheses are kept as unfinished candidates. (Stopping at K finished is the rule of
-    OpenNMT-py and fairseq: a later, longer hypothesis could still score better under a
-    length penalty, rarely enough that searching on costs more than it gains.)
+    hypotheses are kept as unfinished candidates. (Stopping at K finished is fairseq's and
+    Joey NMT's rule. OpenNMT-py stops as soon as a step's best candidate ends, which gives
+    the same result under no length penalty -- log-probabilities only fall -- but under
+    `average` cost 0.6 validation BLEU on the reference model for no measurable speed,
+    session 15.)
     """
     check_decode_args(beam=beam, nbest=nbest)
     K = beam

@@ -169,6 +169,13 @@ def _arguments() -> argparse.Namespace:
         default=0,
         help="train each for this many updates instead of --minutes (no time budget)",
     )
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="every toolkit's random seed (initialisation, batch order, dropout): a second "
+        "seed shows how far BLEU moves by chance",
+    )
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "nmt-peers")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "compare_peers.json")
@@ -193,31 +200,10 @@ def _arguments() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def main() -> None:
-    args = _arguments()
-    args.data, args.work = args.data.resolve(), args.work.resolve()
-    if not (args.data / "train.en").is_file():
-        raise SystemExit(f"--data {args.data}: no train.en there; expected Multi30k's files")
-    args.work.mkdir(parents=True, exist_ok=True)
-    only = set(args.only.split(","))
-    if args.updates < 0:
-        raise SystemExit(f"--updates {args.updates}: expected a number of updates >= 1")
-    if args.updates:
-        args.minutes = 0.0  # every adapter reads 0 as "no time budget"
-        if only & set(joey.KEYS):
-            print(f"{joey.NAME}: left out: its adapter trains for --minutes only")
-            only -= set(joey.KEYS)
-    threads = torch.get_num_threads()
-    flags = cpu_flags()
-    budget = f"{args.updates} updates" if args.updates else f"{args.minutes} min"
-    print(
-        f"{cpu_name()}; flags: {' '.join(flags) or 'unknown'}; {threads} threads, torch "
-        f"{torch.__version__}, {budget} each; work in {args.work}"
-    )
-    limits = machine_limits(args)
-
-    # One sentencepiece model for all: nmt's tokenizer, trained once. A folder this script
-    # made with an nmt that did not mark its runs (or a prepare cut short) is started again.
+def _shared_pieces(args: argparse.Namespace) -> Shared:
+    """One sentencepiece model for all: nmt's tokenizer, trained once, and the corpus in its
+    pieces. A folder this script made with an nmt that did not mark its runs (or a prepare
+    cut short) is started again."""
     spm_run = args.work / "spm-run"
     if spm_run.is_dir() and not (spm_run / OWNER_MARK).is_file():
         shutil.rmtree(spm_run)
@@ -237,8 +223,38 @@ def main() -> None:
     spm_model = spm_run / "spm.model"
     pieces = args.work / "pieces"
     encode_pieces(spm_model, args.data, pieces)
+    return Shared(spm_model, pieces)
 
-    shared = Shared(spm_model, pieces)
+
+def main() -> None:
+    args = _arguments()
+    args.data, args.work = args.data.resolve(), args.work.resolve()
+    if not (args.data / "train.en").is_file():
+        raise SystemExit(f"--data {args.data}: no train.en there; expected Multi30k's files")
+    args.work.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(","))
+    known = [key for adapter in ADAPTERS for key in adapter.KEYS]
+    if only - set(known):
+        raise SystemExit(
+            f"--only: unknown {', '.join(sorted(only - set(known)))}; expected "
+            f"some of {', '.join(known)}"
+        )
+    if args.updates < 0:
+        raise SystemExit(f"--updates {args.updates}: expected a number of updates >= 1")
+    if args.updates:
+        args.minutes = 0.0  # every adapter reads 0 as "no time budget"
+        if only & set(joey.KEYS):
+            print(f"{joey.NAME}: left out: its adapter trains for --minutes only")
+            only -= set(joey.KEYS)
+    threads = torch.get_num_threads()
+    flags = cpu_flags()
+    budget = f"{args.updates} updates" if args.updates else f"{args.minutes} min"
+    print(
+        f"{cpu_name()}; flags: {' '.join(flags) or 'unknown'}; {threads} threads, torch "
+        f"{torch.__version__}, {budget} each, seed {args.seed}; work in {args.work}"
+    )
+    limits = machine_limits(args)
+    shared = _shared_pieces(args)
     results = [r for adapter in ADAPTERS for r in adapter.run_all(args, shared, only)]
     base = next((r for r in results if r.name == opennmt.NAME), None)
 
@@ -266,6 +282,7 @@ def main() -> None:
                 "limits": {p: asdict(lim) for p, lim in limits.items()},
                 "minutes": args.minutes,
                 "updates": args.updates,
+                "seed": args.seed,
                 "nmt_config": str(args.nmt_config),
                 "nmt_set": args.nmt_set,
                 "results": [asdict(r) for r in results],

@@ -107,7 +107,7 @@ def _config(args: argparse.Namespace, spm_model: Path, home: Path) -> dict[str, 
             "sacrebleu_cfg": {"tokenize": "13a"},
         },
         "training": {
-            "random_seed": 1,
+            "random_seed": args.seed,
             "optimizer": "adam",
             "learning_rate": 0.001,
             # Joey needs a schedule (its `plateau` passes an argument torch 2.13 no longer

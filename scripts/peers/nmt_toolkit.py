@@ -53,6 +53,7 @@ def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path
         f"data.dir={args.data}",
         f"run.dir={run_dir}",
         f"train.precision={precision}",
+        f"train.seed={args.seed}",
         # --updates: that many and no time budget; else the minutes
         f"train.max_minutes={args.minutes or 'null'}",
         f"train.max_steps={args.updates}",

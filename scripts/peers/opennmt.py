@@ -123,7 +123,7 @@ def _config(args: argparse.Namespace, pieces: Path, home: Path) -> dict:
         "save_model": str(home / "model"),
         "save_checkpoint_steps": 50 if args.curve else 100,
         "keep_checkpoint": -1,
-        "seed": 1,
+        "seed": args.seed,
         "train_steps": args.updates or 1000000,  # it saves a checkpoint at its last step
         "valid_steps": 500 if args.curve else 1000000,
         "report_every": args.log_every,
