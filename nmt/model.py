@@ -227,7 +227,8 @@ class Seq2Seq(nn.Module):
         keys = self.decoder.attention.project_keys(states)  # (B, S, Dp)
         vocab = None
         if self.shortlist is not None and not self.training:  # decoding: a batch's columns
-            vocab = self.generator.restrict(self.shortlist.columns(src))
+            columns = self.shortlist.columns(src, self.generator.out.out_features)  # (L,)
+            vocab = self.generator.restrict(columns)
         # What copy attention scatters onto the step's scores: target ids, or with a
         # shortlist their positions among its columns (once a batch, not once a step).
         copy_to = src if vocab is None else vocab.positions(src)  # (B, S)

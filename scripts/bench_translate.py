@@ -7,7 +7,9 @@ Variants:
   sigmoid route);
 - `tanh`: the additive (concat) scorer's hidden layer as tanh(q + k), as before session 14
   (`nmt.attention.additive_hidden`);
-- `full-vocab`: no shortlist (`nmt translate --full-vocab`).
+- `full-vocab`: no shortlist (`nmt translate --full-vocab`);
+- `unrounded`: the shortlist's columns as listed, not rounded up to a multiple of
+  `nmt.shortlist.COLUMN_MULTIPLE` (as before session 15).
 
 Prints each variant's fastest time of its repeats (and all of them), BLEU against --ref if
 given, and whether its output equals the first variant's.
@@ -28,13 +30,14 @@ from pathlib import Path
 import torch
 
 import nmt.attention
+import nmt.shortlist
 from nmt import evaluate
 from nmt.ensemble import Ensemble
 from nmt.errors import NmtError
 from nmt.model import Seq2Seq
 from nmt.translate import Translator
 
-VARIANTS = ("as-is", "tanh", "full-vocab")
+VARIANTS = ("as-is", "tanh", "full-vocab", "unrounded")
 
 
 def _tanh_hidden(q: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -47,8 +50,11 @@ def variant(name: str, tr: Translator) -> Iterator[None]:
     members = tr.model.models if isinstance(tr.model, Ensemble) else [tr.model]
     models = [m for m in members if isinstance(m, Seq2Seq)]
     hidden, shortlists = nmt.attention.additive_hidden, [m.shortlist for m in models]
+    multiple = nmt.shortlist.COLUMN_MULTIPLE
     if name == "tanh":
         nmt.attention.additive_hidden = _tanh_hidden
+    if name == "unrounded":
+        nmt.shortlist.COLUMN_MULTIPLE = 1
     if name == "full-vocab":
         for m in models:
             m.shortlist = None
@@ -56,6 +62,7 @@ def variant(name: str, tr: Translator) -> Iterator[None]:
         yield
     finally:
         nmt.attention.additive_hidden = hidden
+        nmt.shortlist.COLUMN_MULTIPLE = multiple
         for m, s in zip(models, shortlists, strict=True):
             m.shortlist = s
 

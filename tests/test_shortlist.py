@@ -7,7 +7,7 @@ import torch
 
 from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.model import build_model
-from nmt.shortlist import Shortlist, build
+from nmt.shortlist import COLUMN_MULTIPLE, Shortlist, build
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from nmt.translate import Translator
 
@@ -30,12 +30,28 @@ def test_columns_keep_source_pieces_eos_and_unk_and_never_pad_or_bos():
         joint=True,
     )
     src = torch.tensor([[10, 33, EOS_ID], [33, PAD_ID, PAD_ID]])
-    cols = sl.columns(src).tolist()
+    cols = sl.columns(src, 40).tolist()  # 40 < COLUMN_MULTIPLE: every allowed id
     assert cols == sorted(cols)
     assert {7, 8, 20, 10, 33, EOS_ID, UNK_ID} <= set(cols)
     assert PAD_ID not in cols and BOS_ID not in cols and -1 not in cols
-    separate = Shortlist(sl.frequent, sl.table, joint=False)
-    assert 33 not in separate.columns(src).tolist()  # a source id is not a target id
+    assert len(cols) == len(set(cols)) == 40 - 2
+    table = torch.full((1000, 2), -1)
+    table[10, 0] = 20
+    separate = Shortlist(sl.frequent, table, joint=False)
+    listed = separate.columns(torch.tensor([[10, 933, EOS_ID]]), 1000).tolist()
+    assert 933 not in listed  # a source id is not a target id
+    # 7, 8, 20, EOS, UNK: 5 listed, then the lowest absent ids (not PAD or BOS) up to 64
+    assert len(listed) == COLUMN_MULTIPLE and listed == sorted(set(listed))
+    named = {7, 8, 20, EOS_ID, UNK_ID}
+    lowest = [i for i in range(1000) if i not in named | {PAD_ID, BOS_ID}][:59]
+    assert sorted(set(listed) - named) == lowest
+
+
+def test_a_column_count_already_a_multiple_gets_nothing_more():
+    frequent = torch.arange(100, 100 + COLUMN_MULTIPLE - 2)  # with EOS and UNK: a multiple
+    sl = Shortlist(frequent=frequent, table=torch.full((10, 1), -1), joint=False)
+    cols = sl.columns(torch.tensor([[5, EOS_ID]]), 1000)
+    assert cols.tolist() == sorted([EOS_ID, UNK_ID, *frequent.tolist()])
 
 
 def test_the_restricted_output_layer_computes_exactly_its_columns(tiny_run):
@@ -83,7 +99,7 @@ def test_a_shortlist_holding_the_chosen_pieces_changes_no_greedy_choice(tiny_run
     path = tmp_path / "hand.pt"
     save_checkpoint({**load_checkpoint(tiny_run.checkpoint), "shortlist": hand.to_state()}, path)
     listed = Translator.from_checkpoint(path)
-    cols = listed.model.shortlist.columns(torch.tensor([[5, 6]]))
+    cols = listed.model.shortlist.columns(torch.tensor([[5, 6]]), full.tokenizer.tgt_vocab_size)
     assert cols.numel() < full.tokenizer.tgt_vocab_size / 2  # a real cut
     assert [t.text for t in listed.translate(sentences, beam=1)] == [t.text for t in wanted]
 
@@ -108,6 +124,7 @@ def test_a_copy_model_still_copies_with_its_shortlist(tiny_copy_run, tmp_path):
     sentence = tiny_copy_run.train_src[0]
     out = listed.translate([sentence], beam=2)[0]
     src_ids = set(listed.tokenizer.encode_src([sentence])[0])
-    cols = set(listed.model.shortlist.columns(torch.tensor([sorted(src_ids)])).tolist())
+    vocab = listed.tokenizer.tgt_vocab_size
+    cols = set(listed.model.shortlist.columns(torch.tensor([sorted(src_ids)]), vocab).tolist())
     assert src_ids <= cols  # every source piece can be copied
     assert out.text and out.copied is not None
