@@ -15,9 +15,12 @@ import argparse
 import time
 from pathlib import Path
 
+from argtypes import whole
+
 from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.config import apply_data_dir_env, config_from_dict
 from nmt.data import prepare
+from nmt.errors import NmtError
 from nmt.files import check_output, write_output
 from nmt.shortlist import FREQUENT, PER_SOURCE, build_for
 
@@ -26,8 +29,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("checkpoint", type=Path)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--per-source", type=int, default=PER_SOURCE)
-    ap.add_argument("--frequent", type=int, default=FREQUENT)
+    ap.add_argument("--per-source", type=whole(1), default=PER_SOURCE)
+    ap.add_argument("--frequent", type=whole(0), default=FREQUENT)
     args = ap.parse_args()
     check_output(args.out, "OUT", [(args.checkpoint, "CHECKPOINT")])
     state = load_checkpoint(args.checkpoint)
@@ -47,4 +50,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (NmtError, OSError) as e:  # one line, no traceback; nothing was written
+        raise SystemExit(f"error: {e}") from None

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from argtypes import whole, wholes
 
 import nmt.attention
 import nmt.shortlist
@@ -73,9 +74,9 @@ def main() -> None:
     p.add_argument("--src", type=Path, required=True)
     p.add_argument("--ref", type=Path, help="references: BLEU beside each time")
     p.add_argument("--variants", default="as-is,tanh", help=f"comma-separated: {VARIANTS}")
-    p.add_argument("--beams", type=_sizes, default="1,5", help="comma-separated beam sizes")
-    p.add_argument("--repeats", type=_size, default=3)
-    p.add_argument("--batch-size", type=_size, default=64)
+    p.add_argument("--beams", type=wholes(1), default="1,5", help="comma-separated beam sizes")
+    p.add_argument("--repeats", type=whole(1), default=3)
+    p.add_argument("--batch-size", type=whole(1), default=64)
     args = p.parse_args()
     names = args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]
@@ -85,21 +86,6 @@ def main() -> None:
         _compare(args, names)
     except (NmtError, OSError, UnicodeDecodeError) as e:  # one line, no traceback
         raise SystemExit(f"error: {e}") from None
-
-
-def _sizes(text: str) -> list[int]:
-    """'1,5' -> [1, 5]: whole numbers of at least 1 (argparse reports the error)."""
-    sizes = [int(x) for x in text.split(",") if x.strip().isdigit()]
-    if len(sizes) != len(text.split(",")) or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers >= 1, comma-separated")
-    return sizes
-
-
-def _size(text: str) -> int:
-    """'3' -> 3: one whole number of at least 1."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected one whole number >= 1")
-    return int(text)
 
 
 def _compare(args: argparse.Namespace, names: list[str]) -> None:

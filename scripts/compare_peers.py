@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -54,6 +55,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import argtypes  # noqa: E402
 from peers import ADAPTERS, joey, opennmt  # noqa: E402
 from peers.common import (  # noqa: E402
     CONFIG,
@@ -68,6 +70,8 @@ from peers.limit import Limit, cpu_flags, cpu_name, limit  # noqa: E402
 
 from nmt.config import load_config  # noqa: E402
 from nmt.display import save_figure  # noqa: E402
+from nmt.errors import NmtError  # noqa: E402
+from nmt.files import check_output, write_output  # noqa: E402
 from nmt.run_dir import OWNER_MARK  # noqa: E402
 from nmt.runtime import cpu_has_bf16_matmul  # noqa: E402
 
@@ -162,16 +166,16 @@ def plot(results: list[Result], path: Path, minutes: float) -> None:
 
 def _arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=4.0, help="training time of each")
+    ap.add_argument("--minutes", type=argtypes.minutes, default=4.0, help="training time of each")
     ap.add_argument(
         "--updates",
-        type=int,
+        type=argtypes.whole(1),
         default=0,
         help="train each for this many updates instead of --minutes (no time budget)",
     )
     ap.add_argument(
         "--seed",
-        type=int,
+        type=argtypes.whole(1),  # OpenNMT-py seeds nothing below 1
         default=1,
         help="every toolkit's random seed (initialisation, batch order, dropout): a second "
         "seed shows how far BLEU moves by chance",
@@ -179,12 +183,14 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "nmt-peers")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "compare_peers.json")
-    ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--log-every", type=argtypes.whole(1), default=25)
     ap.add_argument("--nmt-config", type=Path, default=CONFIG, help="the config nmt trains")
     ap.add_argument(
         "--nmt-set", action="append", default=[], metavar="KEY=VALUE", help="nmt override"
     )
-    ap.add_argument("--curve", type=int, default=0, help="learning curve: a point every N updates")
+    ap.add_argument(
+        "--curve", type=argtypes.whole(1), default=0, help="learning curve: a point every N updates"
+    )
     ap.add_argument("--plot", type=Path, help="draw the learning curves to FILE.png")
     ap.add_argument(
         "--redecode-onmt",
@@ -197,7 +203,26 @@ def _arguments() -> argparse.Namespace:
         default="nmt-fp32,nmt-bf16,nmt-fp16,opennmt-py,joeynmt",
         help="comma-separated: nmt-fp32, nmt-bf16, nmt-fp16 (GPU), opennmt-py, joeynmt",
     )
-    return ap.parse_args()
+    args = ap.parse_args()
+    args.data, args.work = args.data.resolve(), args.work.resolve()
+    if not (args.data / "train.en").is_file():
+        ap.error(f"--data {args.data}: no train.en there; expected Multi30k's files")
+    known = [key for adapter in ADAPTERS for key in adapter.KEYS]
+    unknown = set(args.only.split(",")) - set(known)
+    if unknown:
+        ap.error(
+            f"--only: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(known)}"
+        )
+    # what the run reads: an output written over one of them would lose it
+    inputs = [(args.nmt_config, "--nmt-config"), (CONFIG, "the reference config")]
+    inputs += [(f, "--data") for f in sorted(args.data.iterdir()) if f.is_file()]
+    try:  # before an hour of training, not after it
+        check_output(args.out, "--out", inputs)
+        if args.plot:
+            check_output(args.plot, "--plot", [*inputs, (args.out, "--out")])
+    except NmtError as e:
+        ap.error(str(e))
+    return args
 
 
 def _shared_pieces(args: argparse.Namespace) -> Shared:
@@ -228,19 +253,10 @@ def _shared_pieces(args: argparse.Namespace) -> Shared:
 
 def main() -> None:
     args = _arguments()
-    args.data, args.work = args.data.resolve(), args.work.resolve()
-    if not (args.data / "train.en").is_file():
-        raise SystemExit(f"--data {args.data}: no train.en there; expected Multi30k's files")
+    # SIGTERM (a timeout, kill) as an exception: the training under way is killed with us
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("compare_peers.py: terminated"))
     args.work.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(","))
-    known = [key for adapter in ADAPTERS for key in adapter.KEYS]
-    if only - set(known):
-        raise SystemExit(
-            f"--only: unknown {', '.join(sorted(only - set(known)))}; expected "
-            f"some of {', '.join(known)}"
-        )
-    if args.updates < 0:
-        raise SystemExit(f"--updates {args.updates}: expected a number of updates >= 1")
     if args.updates:
         args.minutes = 0.0  # every adapter reads 0 as "no time budget"
         if only & set(joey.KEYS):
@@ -271,8 +287,8 @@ def main() -> None:
     if args.plot:
         plot(results, args.plot, args.minutes)
         print(f"curve: {args.plot}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
+    write_output(
+        args.out,
         json.dumps(
             {
                 "threads": threads,
@@ -288,10 +304,13 @@ def main() -> None:
                 "results": [asdict(r) for r in results],
             },
             indent=1,
-        )
+        ).encode(),
     )
     print(f"\nwritten: {args.out}")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the training under way was killed with us (`peers.common.run`)
+        sys.exit("compare_peers.py: interrupted")

@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
@@ -55,29 +56,42 @@ class Shared:
 def run(cmd: list[str], *, log: Path, env: dict[str, str] | None = None, minutes: float = 0) -> int:
     """Run `cmd` with its output in `log`, interrupted (SIGINT, as Ctrl-C) after `minutes`
     (0: until it ends) and killed 2 minutes later if still there. Returns the peak resident
-    set in bytes of the process (and of its children it waited for)."""
+    set in bytes of the process (and of its children it waited for). It runs in its own
+    session (Ctrl-C reaches it only through this loop), so if this script stops first (Ctrl-C,
+    SIGTERM, an error) its whole process group is killed: no training left running."""
     with log.open("w") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
-        start = time.monotonic()
-        interrupted_at = None
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            now = time.monotonic()
-            if minutes and interrupted_at is None and now - start > minutes * 60:
-                os.killpg(proc.pid, signal.SIGINT)
-                interrupted_at = now
-            elif interrupted_at is not None and now - interrupted_at > 120:
-                os.killpg(proc.pid, signal.SIGKILL)
-            time.sleep(0.5)
+        try:
+            status, usage, interrupted_at = _wait(proc.pid, minutes)
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0 and interrupted_at is None:
         tail = log.read_text(errors="replace")[-2000:]
         raise SystemExit(f"{' '.join(cmd[:3])} ... failed ({proc.returncode}); {log}:\n{tail}")
     return usage.ru_maxrss * 1024
+
+
+def _wait(pid: int, minutes: float) -> tuple[int, Any, float | None]:
+    """Wait for `pid`: SIGINT to its group after `minutes` (0: never), SIGKILL 2 minutes
+    later. Its wait status, resource usage, and when it was interrupted (None: it was not)."""
+    start = time.monotonic()
+    interrupted_at = None
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return status, usage, interrupted_at
+        now = time.monotonic()
+        if minutes and interrupted_at is None and now - start > minutes * 60:
+            os.killpg(pid, signal.SIGINT)
+            interrupted_at = now
+        elif interrupted_at is not None and now - interrupted_at > 120:
+            os.killpg(pid, signal.SIGKILL)
+        time.sleep(0.5)
 
 
 def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:

@@ -1,0 +1,54 @@
+"""argparse types for the scripts' numbers: a value out of range is argparse's own one-line
+error (`error: argument --seed: '0': expected a whole number >= 1`), before any work.
+
+    from argtypes import minutes, whole, wholes
+    ap.add_argument("--repeats", type=whole(1), default=3)
+    ap.add_argument("--beams", type=wholes(1), default="1,5")
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def whole(minimum: int) -> Callable[[str], int]:
+    """'3' -> 3: one whole number of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= {minimum}")
+        return value
+
+    return parse
+
+
+def wholes(minimum: int) -> Callable[[str], list[int]]:
+    """'1,5' -> [1, 5]: comma-separated whole numbers, each at least `minimum`."""
+    one = whole(minimum)
+
+    def parse(text: str) -> list[int]:
+        try:
+            return [one(part) for part in text.split(",")]
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: expected whole numbers >= {minimum}, comma-separated"
+            ) from None
+
+    return parse
+
+
+def minutes(text: str) -> float:
+    """'4' or '0.5' -> minutes: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of minutes above 0")
+    return value
