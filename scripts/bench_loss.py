@@ -1,7 +1,12 @@
-"""The training loss alone, forward and backward: PyTorch's cross entropy with label smoothing
-against nmt's fused one (`nmt.loss`), on (N, V) float32 logits, alternating, median times.
+"""The training losses alone, forward and backward, on (N, V) logits: the plain model's
+(`nmt.loss.cross_entropy`, PyTorch's) and the copy model's (`nmt.copy.copy_loss`, 20 source
+pieces a sentence), each with glibc's malloc as it comes (every block above 32 MiB a fresh
+mmap) and with freed memory kept for reuse (`nmt.runtime.keep_freed_memory`, what nmt runs
+with); alternating, median times.
 
-    .venv/bin/python scripts/bench_loss.py [--rows 1024] [--vocab 8000] [--smoothing 0.1]
+    .venv/bin/python scripts/bench_loss.py [--rows 1280] [--vocab 8000] [--dtype bf16]
+
+Only one benchmark at a time on a small machine: two at once make both figures wrong.
 """
 
 from __future__ import annotations
@@ -9,46 +14,68 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
+from argtypes import whole
 
+from nmt.copy import copy_loss
 from nmt.loss import cross_entropy
-from nmt.tokenizer import PAD_ID
+from nmt.runtime import keep_freed_memory
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, default=1024, help="target tokens of a batch")
-    ap.add_argument("--vocab", type=int, default=8000)
+    ap.add_argument("--rows", type=whole(64), default=1280, help="target tokens of a batch")
+    ap.add_argument("--vocab", type=whole(2), default=8000)
+    ap.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="the logits' dtype")
     ap.add_argument("--smoothing", type=float, default=0.1)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=whole(1), default=3)
     args = ap.parse_args()
     torch.manual_seed(0)
-    x = torch.randn(args.rows, args.vocab, requires_grad=True)
-    t = torch.randint(4, args.vocab, (args.rows,))
-    eps = args.smoothing
+    B, S, eps = 64, 20, args.smoothing
+    T = args.rows // B
+    x = torch.randn(B, T, args.vocab, dtype=DTYPES[args.dtype], requires_grad=True)
+    t = torch.randint(4, args.vocab, (B, T))
+    gate = torch.randn(B, T, requires_grad=True)
+    attention = torch.softmax(torch.randn(B, T, S), -1).requires_grad_()
+    src = torch.randint(4, args.vocab, (B, S))
 
-    def torchs() -> None:
-        F.cross_entropy(x, t, ignore_index=PAD_ID, label_smoothing=eps, reduction="sum").backward()
+    def plain() -> None:
+        cross_entropy(x.flatten(0, 1), t.flatten(), eps).backward()
 
-    def fused() -> None:
-        cross_entropy(x, t, eps).backward()
+    def copy() -> None:
+        copy_loss(x, gate, attention, src, t, eps).backward()
 
-    times: dict[str, list[float]] = {"torch": [], "fused": []}
-    for _ in range(args.repeats):
-        for name, f in (("torch", torchs), ("fused", fused)):
-            for _ in range(3):
-                f()
-            for _ in range(20):
-                start = time.perf_counter()
-                f()
-                times[name].append(time.perf_counter() - start)
-    a, b = (statistics.median(times[k]) * 1000 for k in ("torch", "fused"))
+    losses: dict[str, Callable[[], None]] = {"plain (F.cross_entropy)": plain, "copy_loss": copy}
+    times = _alternate(losses, args.repeats)
     print(
-        f"({args.rows}, {args.vocab}) fp32, smoothing {eps}, {torch.get_num_threads()} threads: "
-        f"F.cross_entropy {a:.1f} ms, nmt.loss.cross_entropy {b:.1f} ms ({a / b:.2f}x)"
+        f"({args.rows}, {args.vocab}) {args.dtype}, smoothing {eps}, "
+        f"{torch.get_num_threads()} threads, median ms forward + backward:"
     )
+    print("| | malloc as it comes | freed memory kept | |\n|---|---|---|---|")
+    for name in losses:
+        fresh, kept = (statistics.median(times[name, m]) * 1000 for m in (False, True))
+        print(f"| {name} | {fresh:.1f} | {kept:.1f} | {fresh / kept:.2f}x |")
+
+
+def _alternate(losses: dict[str, Callable[[], None]], repeats: int) -> dict:
+    """Times of 20 calls of each loss under each malloc setting, `repeats` rounds."""
+    times: dict[tuple[str, bool], list[float]] = {}
+    for _ in range(repeats):
+        for keep in (False, True):
+            if not keep_freed_memory(keep):
+                raise SystemExit("bench_loss.py: needs glibc's malloc (Linux)")
+            for name, f in losses.items():
+                for _ in range(3):
+                    f()
+                for _ in range(20):
+                    start = time.perf_counter()
+                    f()
+                    times.setdefault((name, keep), []).append(time.perf_counter() - start)
+    return times
 
 
 if __name__ == "__main__":
