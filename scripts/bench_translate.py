@@ -9,7 +9,11 @@ Variants:
   (`nmt.attention.additive_hidden`);
 - `full-vocab`: no shortlist (`nmt translate --full-vocab`);
 - `unrounded`: the shortlist's columns as listed, not rounded up to a multiple of
-  `nmt.shortlist.COLUMN_MULTIPLE` (as before session 15).
+  `nmt.shortlist.COLUMN_MULTIPLE` (as before session 15);
+- `bf16`: the model under bf16 autocast (`nmt translate --precision bf16`; CPUs with bf16
+  matrix units);
+- `int8`: int8 weights (`nmt translate --int8`, `nmt.int8`);
+- `int8+bf16`: both (the output layer, which stays float, in bf16).
 
 Prints each variant's fastest time of its repeats (and all of them), BLEU against --ref if
 given, and whether its output equals the first variant's.
@@ -26,6 +30,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from argtypes import whole, wholes
@@ -38,7 +43,13 @@ from nmt.errors import NmtError
 from nmt.model import Seq2Seq
 from nmt.translate import Translator
 
-VARIANTS = ("as-is", "tanh", "full-vocab", "unrounded")
+VARIANTS = ("as-is", "tanh", "full-vocab", "unrounded", "bf16", "int8", "int8+bf16")
+# variants that are a Translator loaded another way: its from_checkpoint arguments
+LOADED: dict[str, dict[str, Any]] = {
+    "bf16": {"precision": "bf16"},
+    "int8": {"int8": True},
+    "int8+bf16": {"int8": True, "precision": "bf16"},
+}
 
 
 def _tanh_hidden(q: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -91,19 +102,27 @@ def main() -> None:
 def _compare(args: argparse.Namespace, names: list[str]) -> None:
     """Every variant in turn, `args.repeats` times, each beam size: times, BLEU, sameness."""
     tr = Translator.from_checkpoint(args.model, "cpu")
+    loaded = {
+        n: Translator.from_checkpoint(args.model, "cpu", **LOADED[n]) for n in names if n in LOADED
+    }
     lines = args.src.read_text(encoding="utf-8").splitlines()
     refs = args.ref.read_text(encoding="utf-8").splitlines() if args.ref else None
     if refs is not None and len(refs) != len(lines):
         raise SystemExit(f"--ref {args.ref}: {len(refs)} lines; --src has {len(lines)}")
-    print(f"{args.model}: {len(lines)} sentences, {torch.get_num_threads()} threads, fp32")
-    tr.translate(lines[: args.batch_size], beam=5, batch_size=args.batch_size)  # warm-up
+    print(
+        f"{args.model}: {len(lines)} sentences, {torch.get_num_threads()} threads, fp32 "
+        "unless the variant says otherwise"
+    )
+    for t in [tr, *loaded.values()]:  # warm-up
+        t.translate(lines[: args.batch_size], beam=5, batch_size=args.batch_size)
     for beam in args.beams:
         times: dict[str, list[float]] = {n: [] for n in names}
         outputs: dict[str, list[str]] = {}
         for _ in range(args.repeats):
             for name in names:
                 with variant(name, tr):
-                    seconds, outputs[name] = _timed(tr, lines, beam, args.batch_size)
+                    t = loaded.get(name, tr)
+                    seconds, outputs[name] = _timed(t, lines, beam, args.batch_size)
                 times[name].append(seconds)
         for name in names:
             bleu = f", BLEU {evaluate.bleu(outputs[name], refs).score:.2f}" if refs else ""

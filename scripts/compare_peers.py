@@ -199,6 +199,11 @@ def _arguments() -> argparse.Namespace:
         "other rows are kept from --out",
     )
     ap.add_argument(
+        "--int8",
+        action="store_true",
+        help="nmt's rows decode with int8 weights (nmt translate --int8; CPU only)",
+    )
+    ap.add_argument(
         "--only",
         default="nmt-fp32,nmt-bf16,nmt-fp16,opennmt-py,joeynmt",
         help="comma-separated: nmt-fp32, nmt-bf16, nmt-fp16 (GPU), opennmt-py, joeynmt",
@@ -207,6 +212,8 @@ def _arguments() -> argparse.Namespace:
     args.data, args.work = args.data.resolve(), args.work.resolve()
     if not (args.data / "train.en").is_file():
         ap.error(f"--data {args.data}: no train.en there; expected Multi30k's files")
+    if args.int8 and torch.cuda.is_available():
+        ap.error("--int8: int8 decoding is for CPUs; this machine decodes on its GPU")
     known = [key for adapter in ADAPTERS for key in adapter.KEYS]
     unknown = set(args.only.split(",")) - set(known)
     if unknown:
@@ -298,6 +305,7 @@ def main() -> None:
                 "limits": {p: asdict(lim) for p, lim in limits.items()},
                 "minutes": args.minutes,
                 "updates": args.updates,
+                "int8_decoding": args.int8,
                 "seed": args.seed,
                 "nmt_config": str(args.nmt_config),
                 "nmt_set": args.nmt_set,

@@ -1,6 +1,7 @@
 """nmt itself, once per precision: fp32, bf16 where the CPU has bf16 matrix units (or a GPU
 runs it), fp16 on a GPU. Trained with `nmt train` on the reference config, decoded with
-`Translator` from the checkpoint it stopped at (a curve run: what nmt would translate with).
+`Translator` from the checkpoint it stopped at (a curve run: what nmt would translate with),
+with int8 weights under `--int8`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
         if args.updates and r.steps != args.updates:
             r.note += f"; stopped at step {r.steps}, not the {args.updates} asked for!"
         nmt_decode(r, run_dir, precision, args)
+        if args.int8:
+            r.name += ", int8 decoding"
         results.append(r)
         print(f"  {r.tokens_per_s:,.0f} tok/s, {r.decode}", flush=True)
     return results
@@ -90,8 +93,8 @@ def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path
 NMT_DECODE = """
 import json, sys, time
 from nmt.translate import Translator
-model, src, out, beam, precision = sys.argv[1:6]
-tr = Translator.from_checkpoint(model, "auto", precision=precision)
+model, src, out, beam, precision, int8 = sys.argv[1:7]
+tr = Translator.from_checkpoint(model, "auto", precision=precision, int8=int8 == "int8")
 lines = open(src, encoding="utf-8").read().splitlines()
 start = time.perf_counter()
 hyps = tr.translate(lines, beam=int(beam), batch_size=64)
@@ -117,6 +120,7 @@ def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Nam
                 str(out),
                 str(beam),
                 precision,
+                "int8" if args.int8 else "float",
             ]
         )
         whole = time.perf_counter() - start
