@@ -170,14 +170,15 @@ def keep_freed_memory(keep: bool = True) -> bool:
     glibc's defaults again); True where it took effect (Linux with glibc), False elsewhere,
     where nothing changes.
 
-    Why: glibc serves every block above 32 MiB with its own mmap and unmaps it when freed,
-    so each (N, V) float32 tensor of a training step (1,280 × 8,000: 41 MB; the loss makes
-    several) arrives as fresh pages that the kernel must fault in and zero. On 2 cores of
-    an AMD EPYC the loss of a bf16 step took 3.3× longer that way
-    (`scripts/bench_loss.py --dtype bf16`), and the reference model's bf16 step spent a
-    sixth of its time in the kernel. PyTorch's CPU allocator is plain malloc, so this is
-    the switch (jemalloc or tcmalloc preloaded would do the same). Peak memory does not
-    grow: freed blocks are reused, not added to."""
+    Why: glibc serves every block above its mmap threshold (128 KiB, rising as blocks are
+    freed, never above 32 MiB) with its own mmap and unmaps it when freed, so each (N, V)
+    float32 tensor of a training step (1,280 × 8,000: 41 MB; the loss makes several)
+    arrives as fresh pages that the kernel must fault in and zero. On 2 cores of an AMD
+    EPYC the loss of a bf16 step took 3-5× longer that way (`scripts/bench_loss.py --dtype
+    bf16`), and the reference model's bf16 step spent a sixth of its time in the kernel.
+    PyTorch's CPU allocator is plain malloc, so this is the switch (jemalloc or tcmalloc
+    preloaded would do the same). Freed blocks are reused, not added to: peak memory grew
+    by 1-5 % where measured (`scripts/profile_step.py`)."""
     if not sys.platform.startswith("linux"):
         return False
     libc = ctypes.CDLL(None)
