@@ -177,8 +177,9 @@ def keep_freed_memory(keep: bool = True) -> bool:
     EPYC the loss of a bf16 step took 3-5× longer that way (`scripts/bench_loss.py --dtype
     bf16`), and the reference model's bf16 step spent a sixth of its time in the kernel.
     PyTorch's CPU allocator is plain malloc, so this is the switch (jemalloc or tcmalloc
-    preloaded would do the same). Freed blocks are reused, not added to: peak memory grew
-    by 1-5 % where measured (`scripts/profile_step.py`)."""
+    preloaded would do the same). The price is peak memory: blocks of many sizes leave holes
+    in the heap. 400 updates of the reference model: fp32 1.10× faster, peak RSS +1 %;
+    bf16 1.23× faster, peak RSS 1.92 → 2.46 GB (+28 %)."""
     if not sys.platform.startswith("linux"):
         return False
     libc = ctypes.CDLL(None)
