@@ -40,6 +40,7 @@ from nmt.decoder import (
     run_rnn,
     split_rnn_state,
 )
+from nmt.runtime import autocast_dtype
 from nmt.shortlist import Restricted, Shortlist
 
 
@@ -156,8 +157,14 @@ class Generator(nn.Module):
         return F.linear(x, vocab.weight, vocab.bias)  # (B, [T,] L)
 
     def restrict(self, columns: Tensor) -> Restricted:
-        """The output layer cut to `columns` (L,) int64 target ids, for a batch's decoding."""
-        return Restricted(columns, self.out.weight[columns], self.out.bias[columns])
+        """The output layer cut to `columns` (L,) int64 target ids, for a batch's decoding;
+        in autocast's dtype where it is on: the cut is no parameter, so autocast would cast
+        it again at every step (its cast cache keeps parameters only)."""
+        weight, bias = self.out.weight[columns], self.out.bias[columns]  # (L, E), (L,)
+        dtype = autocast_dtype(weight.device.type)
+        if dtype is not None:
+            weight, bias = weight.to(dtype), bias.to(dtype)
+        return Restricted(columns, weight, bias)
 
 
 @dataclass
@@ -225,6 +232,10 @@ class Seq2Seq(nn.Module):
             h0 = states.new_zeros(layers, src.size(0), hidden)  # (Ld, B, Hd)
             c0 = None if final_cell is None else torch.zeros_like(h0)
         keys = self.decoder.attention.project_keys(states)  # (B, S, Dp)
+        dtype = None if self.training else autocast_dtype(states.device.type)
+        if dtype is not None:  # decoding under autocast: the values cast once, not every step
+            states = states.to(dtype)  # (the keys stay as the scorer made them: see
+            # `nmt.attention.additive_hidden`, float32 keys take its faster route)
         vocab = None
         if self.shortlist is not None and not self.training:  # decoding: a batch's columns
             columns = self.shortlist.columns(src, self.generator.out.out_features)  # (L,)

@@ -46,6 +46,7 @@ from nmt.attention import (
     masked_softmax,
 )
 from nmt.local_attention import centres_monotonic, window_mask
+from nmt.runtime import autocast_dtype
 
 # g · (1 - y²) and g · y (1 - y) from the output y, each one pass (autograd's own kernels).
 _tanh_backward = torch.ops.aten.tanh_backward
@@ -129,9 +130,8 @@ class _Run:
         values: Tensor,
         mask: Tensor,
     ) -> None:
-        dev = keys.device.type
         # Autocast's dtype for products, cast here once; float32 everywhere else.
-        self.cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+        self.cdt = autocast_dtype(keys.device.type)
         self.scale, self.scope, self.width = static
         self.mask = mask
         self.params = (w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p)

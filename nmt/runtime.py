@@ -121,6 +121,14 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
     return cast
 
 
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast gives products on `device_type` ("cpu", "cuda") where it is on
+    here, else None: for casting a tensor once that every step would otherwise cast."""
+    if not torch.is_autocast_enabled(device_type):
+        return None
+    return torch.get_autocast_dtype(device_type)
+
+
 @contextlib.contextmanager
 def _without_onednn() -> Iterator[None]:
     # torch.backends.mkldnn.flags() would also reset TF32 flags, with a warning each time.

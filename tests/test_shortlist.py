@@ -3,7 +3,11 @@ what the full output layer gives when the pieces the model wants are in it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.model import build_model
@@ -128,3 +132,45 @@ def test_a_copy_model_still_copies_with_its_shortlist(tiny_copy_run, tmp_path):
     cols = set(listed.model.shortlist.columns(torch.tensor([sorted(src_ids)]), vocab).tolist())
     assert src_ids <= cols  # every source piece can be copied
     assert out.text and out.copied is not None
+
+
+def _cast_shapes(run: Callable[[], Any]) -> list[tuple[int, ...]]:
+    """The input shape of every cast (`aten::_to_copy`) that `run()` makes."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        run()
+    return [tuple(e.input_shapes[0]) for e in prof.events() if e.name == "aten::_to_copy"]
+
+
+def test_bf16_decoding_casts_the_cut_output_layer_and_the_values_once_a_batch(tiny_run, tmp_path):
+    """Autocast caches the casts of parameters only: the batch's cut of the output layer and
+    the encoder states (the attention's values) used to be cast again at every step."""
+    path = _with_shortlist(tiny_run, tmp_path, per_source=10, frequent=20)
+    tr = Translator.from_checkpoint(path, precision="bf16")
+    cuts: list[tuple[int, ...]] = []
+    restrict = tr.model.generator.restrict
+
+    def recording(columns: torch.Tensor):  # noqa: ANN202
+        cut = restrict(columns)
+        cuts.append(tuple(cut.weight.shape))
+        return cut
+
+    tr.model.generator.restrict = recording  # type: ignore[method-assign]
+    steps = 0
+    step = tr.model.step
+
+    def counting(*args: Any):  # noqa: ANN202
+        nonlocal steps
+        steps += 1
+        return step(*args)
+
+    tr.model.step = counting  # type: ignore[method-assign]
+    got: list[Any] = []
+    sentences = tiny_run.train_src[:6]
+    shapes = _cast_shapes(lambda: got.extend(tr.translate(sentences, beam=2, batch_size=6)))
+    assert len(cuts) == 1 and steps > 4 and all(t.text for t in got)  # one batch, steps
+    assert shapes.count(cuts[0]) == 1  # the cut: once, where it is made
+    # (B, S, 2He): the values, and the keys' projection's input, once each, never per step
+    width, rows = tiny_run.config.model.enc_hidden * 2, (6, 12)  # sentences, hypotheses
+    assert sum(len(s) == 3 and s[0] in rows and s[-1] == width for s in shapes) <= 2
+    fp32 = Translator.from_checkpoint(path)  # no autocast: the cut stays float32
+    assert fp32.model.generator.restrict(torch.tensor([2, 5])).weight.dtype == torch.float32
