@@ -40,6 +40,7 @@ from nmt.decoder import (
     run_rnn,
     split_rnn_state,
 )
+from nmt.dropout import Dropout
 from nmt.runtime import autocast_dtype
 from nmt.shortlist import Restricted, Shortlist
 
@@ -139,7 +140,7 @@ class Generator(nn.Module):
         self, *, input_size: int, vocab_size: int, dropout: float, tie_to: nn.Embedding | None
     ) -> None:
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         size = input_size if tie_to is None else tie_to.embedding_dim
         self.proj = nn.Linear(input_size, size, bias=False) if size != input_size else None
         self.out = nn.Linear(size, vocab_size)
@@ -209,7 +210,7 @@ class Seq2Seq(nn.Module):
         self.decoder = decoder
         self.generator = generator
         self.copy_gate = copy_gate  # None: no copy attention
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pad_id = pad_id
         self.src_vocab_size = src_embed.num_embeddings
         self.tgt_vocab_size = tgt_embed.num_embeddings

@@ -191,7 +191,8 @@ def main() -> None:
         f"(median of {len(rates)} steps of {cfg.train.batch_size} sentences)"
     )
 
-    _profile(step, batches[3 + args.steps :], device, args.top)
+    if args.profile_steps:  # 0: the rate alone (alternated before/after comparisons)
+        _profile(step, batches[3 + args.steps :], device, args.top)
 
 
 def _profile(step, batches: list, device: torch.device, top: int) -> None:
