@@ -31,7 +31,10 @@ gives its share of the machine's own limit for the model (`peers/limit.py`: the 
 its matrix products alone would allow, at the model's shapes, in the row's precision,
 measured first in the same run), with the CPU's model and flags in the output and JSON.
 Peak memory is the training process's peak resident set (`wait4`). Decoding times are the
-toolkits' own translation time (model loading excluded) and the whole command's. BLEU is
+toolkits' own translation time (model loading excluded) and the whole command's, each a
+fresh process as a user runs it; `--decode-repeats N` runs each command N times and reports
+the medians (one cold run moves by ±20 % here), and `--redecode` decodes the previous run's
+models again without training (its training figures and limits kept from --out). BLEU is
 sacrebleu's on detokenized (sentencepiece-decoded) output against the raw references.
 
 The peers are installed, once, into their own virtual environments under --work (default
@@ -128,6 +131,17 @@ def machine_limits(args: argparse.Namespace) -> dict[str, Limit]:
     return out
 
 
+def previous_limits(out: Path) -> dict[str, Limit]:
+    """The limits measured by the run in `out` (decoding again keeps its training figures,
+    so their share of the limit is taken against the limit measured beside them)."""
+    if not out.is_file():
+        raise SystemExit(f"--redecode: no previous run in {out}")
+    limits = {p: Limit(**d) for p, d in json.loads(out.read_text())["limits"].items()}
+    for precision, lim in limits.items():
+        print(f"limit {precision}: {lim.tokens_per_s:,.0f} tok/s, measured by the run in {out}")
+    return limits
+
+
 def missing(results: list[Result]) -> list[str]:
     """Why a row's decoding cells are empty: never silently."""
     return [
@@ -197,6 +211,18 @@ def _arguments() -> argparse.Namespace:
         action="store_true",
         help="decode OpenNMT-py's checkpoints of the previous run again (no training); the "
         "other rows are kept from --out",
+    )
+    ap.add_argument(
+        "--redecode",
+        action="store_true",
+        help="decode every asked-for row's model of the previous run again (no training); "
+        "training figures are kept from --out",
+    )
+    ap.add_argument(
+        "--decode-repeats",
+        type=argtypes.whole(1),
+        default=1,
+        help="run each decoding command N times (fresh processes) and report the median",
     )
     ap.add_argument(
         "--int8",
@@ -276,12 +302,13 @@ def main() -> None:
         f"{cpu_name()}; flags: {' '.join(flags) or 'unknown'}; {threads} threads, torch "
         f"{torch.__version__}, {budget} each, seed {args.seed}; work in {args.work}"
     )
-    limits = machine_limits(args)
+    again = args.redecode or args.redecode_onmt  # decoding again: the training run's limits
+    limits = previous_limits(args.out) if again else machine_limits(args)
     shared = _shared_pieces(args)
     results = [r for adapter in ADAPTERS for r in adapter.run_all(args, shared, only)]
     base = next((r for r in results if r.name == opennmt.NAME), None)
 
-    if args.redecode_onmt:  # the rows not run again, as the previous run left them
+    if again:  # the rows not run again, as the previous run left them
         kept = json.loads(args.out.read_text())["results"]
         results += [Result(**r) for r in kept if r["name"] not in {x.name for x in results}]
     print()
@@ -306,6 +333,8 @@ def main() -> None:
                 "minutes": args.minutes,
                 "updates": args.updates,
                 "int8_decoding": args.int8,
+                "decode_repeats": args.decode_repeats,
+                "redecoded": again,
                 "seed": args.seed,
                 "nmt_config": str(args.nmt_config),
                 "nmt_set": args.nmt_set,

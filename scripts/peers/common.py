@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ class Result:
     windows: list[float] = field(default_factory=list)
     peak_rss_gb: float = 0.0
     steps: int = 0
-    decode: dict[str, dict[str, float]] = field(default_factory=dict)  # greedy/beam5 -> figures
+    decode: dict[str, dict[str, Any]] = field(default_factory=dict)  # greedy/beam5 -> figures
     note: str = ""
     started: float = 0.0  # time.time() when its training command started
     curve: list[dict[str, float]] = field(default_factory=list)  # minutes, step, val_bleu
@@ -167,11 +168,25 @@ def depiece(path: Path, model: Path) -> list[str]:
     return [sp.decode(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def previous_result(args: argparse.Namespace, name: str) -> Result | None:
-    """`name`'s training figures from --out's previous run (for --redecode-onmt)."""
+def previous_result(args: argparse.Namespace, name: str, flag: str) -> Result:
+    """`name`'s training figures from --out's previous run (for `flag`, --redecode or
+    --redecode-onmt), its decodings cleared."""
     if not args.out.is_file():
-        raise SystemExit(f"--redecode-onmt: no previous run in {args.out}")
+        raise SystemExit(f"{flag}: no previous run in {args.out}")
     for r in json.loads(args.out.read_text())["results"]:
         if r["name"] == name:
-            return Result(**r)
-    raise SystemExit(f"--redecode-onmt: {args.out} holds no {name} run")
+            return Result(**{**r, "decode": {}, "curve": []})
+    raise SystemExit(f"{flag}: {args.out} holds no {name} run")
+
+
+def repeated(times: int, once: Callable[[], tuple[float, float]]) -> dict[str, Any]:
+    """A decoding command run `times` times (`--decode-repeats`), each a fresh process as a
+    user would run it: `once()` gives (the toolkit's own seconds, the command's). The median
+    of each, and every own time (one cold run moves by ±20 % on a small machine)."""
+    runs = [once() for _ in range(times)]
+    own = [r[0] for r in runs]
+    return {
+        "seconds": statistics.median(own),
+        "command_s": statistics.median(r[1] for r in runs),
+        "seconds_all": own,
+    }

@@ -16,7 +16,17 @@ from typing import Any
 
 import torch
 
-from peers.common import DECODINGS, TEST, Result, Shared, ensure_venv, scores, sh, train_peer
+from peers.common import (
+    DECODINGS,
+    TEST,
+    Result,
+    Shared,
+    ensure_venv,
+    repeated,
+    scores,
+    sh,
+    train_peer,
+)
 
 KEYS = ("joeynmt",)
 NAME = "Joey NMT 2.3.0"
@@ -60,17 +70,19 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
 def _decode(
     python: Path, cfg_path: Path, out: Path, env: dict, args: argparse.Namespace
 ) -> dict[str, float]:
-    """`joeynmt test` with the config's beam; its own generation time and the command's."""
-    start = time.perf_counter()
-    proc = sh([str(python), "-m", "joeynmt", "test", str(cfg_path), "-o", str(out)], env=env)
-    whole = time.perf_counter() - start
-    took = re.findall(r"Generation took ([\d.]+)\[sec\]", proc.stdout + proc.stderr)
+    """`joeynmt test` with the config's beam (--decode-repeats times); its own generation
+    time and the command's."""
+
+    def once() -> tuple[float, float]:
+        start = time.perf_counter()
+        proc = sh([str(python), "-m", "joeynmt", "test", str(cfg_path), "-o", str(out)], env=env)
+        whole = time.perf_counter() - start
+        took = re.findall(r"Generation took ([\d.]+)\[sec\]", proc.stdout + proc.stderr)
+        return (float(took[-1]) if took else whole), whole
+
+    times = repeated(args.decode_repeats, once)
     hyps = Path(f"{out}.test").read_text(encoding="utf-8").splitlines()
-    return {
-        "seconds": float(took[-1]) if took else whole,
-        "command_s": whole,
-        **scores(hyps, args.data),
-    }
+    return {**times, **scores(hyps, args.data)}
 
 
 def _config(args: argparse.Namespace, spm_model: Path, home: Path) -> dict[str, Any]:

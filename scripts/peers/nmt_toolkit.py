@@ -16,7 +16,18 @@ import torch
 
 from nmt.run_dir import LAST_NAME, METRICS_NAME
 from nmt.runtime import cpu_has_bf16_matmul
-from peers.common import DECODINGS, TEST, Result, Shared, median_after_first, run, scores, sh
+from peers.common import (
+    DECODINGS,
+    TEST,
+    Result,
+    Shared,
+    median_after_first,
+    previous_result,
+    repeated,
+    run,
+    scores,
+    sh,
+)
 
 KEYS = ("nmt-fp32", "nmt-bf16", "nmt-fp16")
 
@@ -35,16 +46,20 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
                 "so bf16 products are emulated, 1-2 GFLOP/s against fp32's ~100"
             )
             continue
-        print(f"training {name} ...", flush=True)
         run_dir = args.work / name
-        r = nmt_train(f"nmt {precision}", precision, args, run_dir)
-        same = (run_dir / "spm.model").read_bytes() == shared.spm_model.read_bytes()
-        r.note = "same sentencepiece model" if same else "sentencepiece model differs!"
-        if args.updates and r.steps != args.updates:
-            r.note += f"; stopped at step {r.steps}, not the {args.updates} asked for!"
+        suffix = ", int8 decoding" if args.int8 else ""
+        if args.redecode:  # the previous run's model, decoded again
+            r = previous_result(args, f"nmt {precision}{suffix}", "--redecode")
+            r.name = f"nmt {precision}"
+        else:
+            print(f"training {name} ...", flush=True)
+            r = nmt_train(f"nmt {precision}", precision, args, run_dir)
+            same = (run_dir / "spm.model").read_bytes() == shared.spm_model.read_bytes()
+            r.note = "same sentencepiece model" if same else "sentencepiece model differs!"
+            if args.updates and r.steps != args.updates:
+                r.note += f"; stopped at step {r.steps}, not the {args.updates} asked for!"
         nmt_decode(r, run_dir, precision, args)
-        if args.int8:
-            r.name += ", int8 decoding"
+        r.name += suffix
         results.append(r)
         print(f"  {r.tokens_per_s:,.0f} tok/s, {r.decode}", flush=True)
     return results
@@ -107,23 +122,26 @@ print(json.dumps({"seconds": seconds}))
 def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Namespace) -> None:
     for label, beam in DECODINGS:
         out = args.work / f"{result.name}.{label}.hyp"
-        start = time.perf_counter()
-        proc = sh(
-            [
-                sys.executable,
-                "-c",
-                NMT_DECODE,
-                # the timed speed run decodes where it stopped; a curve run (validating as
-                # nmt does) decodes what nmt would translate with (averaged, else best)
-                str(run_dir if args.curve else run_dir / LAST_NAME),
-                str(args.data / f"{TEST}.en"),
-                str(out),
-                str(beam),
-                precision,
-                "int8" if args.int8 else "float",
-            ]
-        )
-        whole = time.perf_counter() - start
-        inside = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+        cmd = [
+            sys.executable,
+            "-c",
+            NMT_DECODE,
+            # the timed speed run decodes where it stopped; a curve run (validating as
+            # nmt does) decodes what nmt would translate with (averaged, else best)
+            str(run_dir if args.curve else run_dir / LAST_NAME),
+            str(args.data / f"{TEST}.en"),
+            str(out),
+            str(beam),
+            precision,
+            "int8" if args.int8 else "float",
+        ]
+
+        def once(cmd: list[str] = cmd) -> tuple[float, float]:
+            start = time.perf_counter()
+            proc = sh(cmd)
+            whole = time.perf_counter() - start
+            return json.loads(proc.stdout.strip().splitlines()[-1])["seconds"], whole
+
+        times = repeated(args.decode_repeats, once)
         hyps = out.read_text(encoding="utf-8").splitlines()
-        result.decode[label] = {"seconds": inside, "command_s": whole, **scores(hyps, args.data)}
+        result.decode[label] = {**times, **scores(hyps, args.data)}

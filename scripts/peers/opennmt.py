@@ -25,6 +25,7 @@ from peers.common import (
     depiece,
     ensure_venv,
     previous_result,
+    repeated,
     scores,
     sh,
     train_peer,
@@ -56,13 +57,13 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
     bin_dir = _install(args)
     home = args.work / "onmt-run"
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    result = previous_result(args, NAME) if args.redecode_onmt else None
-    if result is None:
+    again = "--redecode" if args.redecode else "--redecode-onmt" if args.redecode_onmt else ""
+    if again:
+        result = previous_result(args, NAME, again)
+    else:
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
         result = _train(args, shared, home, bin_dir, env)
-    else:
-        result.decode, result.curve = {}, []
     budget_end = result.started + args.minutes * 60 if args.minutes else float("inf")
     checkpoints = _within_budget(home, budget_end)
     if not checkpoints:
@@ -74,9 +75,12 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
     env = {**env, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     for label, beam in DECODINGS:
         out = args.work / f"opennmt-py.{label}.hyp"
-        seconds, whole = _translate(bin_dir, env, shared, checkpoints[-1], TEST, out, beam)
+        times = repeated(
+            args.decode_repeats,
+            lambda: _translate(bin_dir, env, shared, checkpoints[-1], TEST, out, beam),  # noqa: B023
+        )
         hyps = depiece(out, shared.spm_model)
-        result.decode[label] = {"seconds": seconds, "command_s": whole, **scores(hyps, args.data)}
+        result.decode[label] = {**times, **scores(hyps, args.data)}
     if args.curve:
         _curve(args, shared, result, checkpoints, bin_dir, env)
     short = args.updates and result.steps != args.updates
