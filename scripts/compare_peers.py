@@ -67,6 +67,7 @@ from peers.common import (  # noqa: E402
     Result,
     Shared,
     encode_pieces,
+    previous_run,
     sh,
 )
 from peers.limit import Limit, cpu_flags, cpu_name, limit  # noqa: E402
@@ -131,12 +132,11 @@ def machine_limits(args: argparse.Namespace) -> dict[str, Limit]:
     return out
 
 
-def previous_limits(out: Path) -> dict[str, Limit]:
-    """The limits measured by the run in `out` (decoding again keeps its training figures,
-    so their share of the limit is taken against the limit measured beside them)."""
-    if not out.is_file():
-        raise SystemExit(f"--redecode: no previous run in {out}")
-    limits = {p: Limit(**d) for p, d in json.loads(out.read_text())["limits"].items()}
+def previous_limits(out: Path, flag: str) -> dict[str, Limit]:
+    """The limits measured by the run in `out` (decoding again, as `flag` asks, keeps its
+    training figures, so their share of the limit is taken against the limit measured
+    beside them)."""
+    limits = {p: Limit(**d) for p, d in previous_run(out, flag)["limits"].items()}
     for precision, lim in limits.items():
         print(f"limit {precision}: {lim.tokens_per_s:,.0f} tok/s, measured by the run in {out}")
     return limits
@@ -236,6 +236,8 @@ def _arguments() -> argparse.Namespace:
     )
     args = ap.parse_args()
     args.data, args.work = args.data.resolve(), args.work.resolve()
+    # decoding again, no training: the flag that asked for it ("" when training)
+    args.again = "--redecode" if args.redecode else "--redecode-onmt" if args.redecode_onmt else ""
     if not (args.data / "train.en").is_file():
         ap.error(f"--data {args.data}: no train.en there; expected Multi30k's files")
     if args.int8 and torch.cuda.is_available():
@@ -302,14 +304,13 @@ def main() -> None:
         f"{cpu_name()}; flags: {' '.join(flags) or 'unknown'}; {threads} threads, torch "
         f"{torch.__version__}, {budget} each, seed {args.seed}; work in {args.work}"
     )
-    again = args.redecode or args.redecode_onmt  # decoding again: the training run's limits
-    limits = previous_limits(args.out) if again else machine_limits(args)
+    limits = previous_limits(args.out, args.again) if args.again else machine_limits(args)
     shared = _shared_pieces(args)
     results = [r for adapter in ADAPTERS for r in adapter.run_all(args, shared, only)]
     base = next((r for r in results if r.name == opennmt.NAME), None)
 
-    if again:  # the rows not run again, as the previous run left them
-        kept = json.loads(args.out.read_text())["results"]
+    if args.again:  # the rows not run again, as the previous run left them
+        kept = previous_run(args.out, args.again)["results"]
         results += [Result(**r) for r in kept if r["name"] not in {x.name for x in results}]
     print()
     print(table(results, base, limits))
@@ -334,7 +335,7 @@ def main() -> None:
                 "updates": args.updates,
                 "int8_decoding": args.int8,
                 "decode_repeats": args.decode_repeats,
-                "redecoded": again,
+                "redecoded": bool(args.again),
                 "seed": args.seed,
                 "nmt_config": str(args.nmt_config),
                 "nmt_set": args.nmt_set,

@@ -14,7 +14,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,25 +167,43 @@ def depiece(path: Path, model: Path) -> list[str]:
     return [sp.decode(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def previous_result(args: argparse.Namespace, name: str, flag: str) -> Result:
-    """`name`'s training figures from --out's previous run (for `flag`, --redecode or
-    --redecode-onmt), its decodings cleared."""
-    if not args.out.is_file():
-        raise SystemExit(f"{flag}: no previous run in {args.out}")
-    for r in json.loads(args.out.read_text())["results"]:
+def previous_run(out: Path, flag: str) -> dict[str, Any]:
+    """What the run before wrote to --out (`out`), for `flag` (--redecode or --redecode-onmt),
+    which decodes that run's models again: its rows and its limits."""
+    try:
+        run = json.loads(out.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SystemExit(f"{flag}: no previous run in {out}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SystemExit(f"{flag}: {out} is not a run this script wrote ({e})") from None
+    if not isinstance(run, dict) or not {"results", "limits"} <= run.keys():
+        raise SystemExit(f"{flag}: {out} is not a run this script wrote (no results, limits)")
+    return run
+
+
+def previous_result(args: argparse.Namespace, name: str) -> Result:
+    """`name`'s training figures from --out's previous run (`args.again`), its decodings
+    cleared."""
+    for r in previous_run(args.out, args.again)["results"]:
         if r["name"] == name:
             return Result(**{**r, "decode": {}, "curve": []})
-    raise SystemExit(f"{flag}: {args.out} holds no {name} run")
+    raise SystemExit(f"{args.again}: {args.out} holds no {name} run")
 
 
-def repeated(times: int, once: Callable[[], tuple[float, float]]) -> dict[str, Any]:
+def repeated(times: int, cmd: list[str], own: re.Pattern, **kw: Any) -> dict[str, Any]:
     """A decoding command run `times` times (`--decode-repeats`), each a fresh process as a
-    user would run it: `once()` gives (the toolkit's own seconds, the command's). The median
-    of each, and every own time (one cold run moves by ±20 % on a small machine)."""
-    runs = [once() for _ in range(times)]
-    own = [r[0] for r in runs]
+    user would run it (`kw` to `sh`). Its own seconds are the last match of `own`'s group in
+    what it printed (the command's when it prints none). The median of each, and every own
+    time (one cold run moves by ±20 % on a small machine)."""
+    own_s, whole_s = [], []
+    for _ in range(times):
+        start = time.perf_counter()
+        proc = sh(cmd, **kw)
+        whole_s.append(time.perf_counter() - start)
+        found = own.findall(proc.stdout + proc.stderr)
+        own_s.append(float(found[-1]) if found else whole_s[-1])
     return {
-        "seconds": statistics.median(own),
-        "command_s": statistics.median(r[1] for r in runs),
-        "seconds_all": own,
+        "seconds": statistics.median(own_s),
+        "command_s": statistics.median(whole_s),
+        "seconds_all": own_s,
     }

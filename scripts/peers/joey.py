@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,12 @@ from peers.common import (
     ensure_venv,
     repeated,
     scores,
-    sh,
     train_peer,
 )
 
 KEYS = ("joeynmt",)
 NAME = "Joey NMT 2.3.0"
+GENERATION_TIME = re.compile(r"Generation took ([\d.]+)\[sec\]")
 STEP = re.compile(r"Step:\s+(\d+),.*?Tokens per Sec:\s+([\d.]+)")
 
 
@@ -72,15 +71,8 @@ def _decode(
 ) -> dict[str, float]:
     """`joeynmt test` with the config's beam (--decode-repeats times); its own generation
     time and the command's."""
-
-    def once() -> tuple[float, float]:
-        start = time.perf_counter()
-        proc = sh([str(python), "-m", "joeynmt", "test", str(cfg_path), "-o", str(out)], env=env)
-        whole = time.perf_counter() - start
-        took = re.findall(r"Generation took ([\d.]+)\[sec\]", proc.stdout + proc.stderr)
-        return (float(took[-1]) if took else whole), whole
-
-    times = repeated(args.decode_repeats, once)
+    cmd = [str(python), "-m", "joeynmt", "test", str(cfg_path), "-o", str(out)]
+    times = repeated(args.decode_repeats, cmd, GENERATION_TIME, env=env)
     hyps = Path(f"{out}.test").read_text(encoding="utf-8").splitlines()
     return {**times, **scores(hyps, args.data)}
 

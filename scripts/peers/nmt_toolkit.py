@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -26,7 +26,6 @@ from peers.common import (
     repeated,
     run,
     scores,
-    sh,
 )
 
 KEYS = ("nmt-fp32", "nmt-bf16", "nmt-fp16")
@@ -49,7 +48,7 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
         run_dir = args.work / name
         suffix = ", int8 decoding" if args.int8 else ""
         if args.redecode:  # the previous run's model, decoded again
-            r = previous_result(args, f"nmt {precision}{suffix}", "--redecode")
+            r = previous_result(args, f"nmt {precision}{suffix}")
             r.name = f"nmt {precision}"
         else:
             print(f"training {name} ...", flush=True)
@@ -119,6 +118,9 @@ print(json.dumps({"seconds": seconds}))
 """
 
 
+DECODE_TIME = re.compile(r'"seconds": ([\d.eE+-]+)')  # what NMT_DECODE prints
+
+
 def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Namespace) -> None:
     for label, beam in DECODINGS:
         out = args.work / f"{result.name}.{label}.hyp"
@@ -135,13 +137,6 @@ def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Nam
             precision,
             "int8" if args.int8 else "float",
         ]
-
-        def once(cmd: list[str] = cmd) -> tuple[float, float]:
-            start = time.perf_counter()
-            proc = sh(cmd)
-            whole = time.perf_counter() - start
-            return json.loads(proc.stdout.strip().splitlines()[-1])["seconds"], whole
-
-        times = repeated(args.decode_repeats, once)
+        times = repeated(args.decode_repeats, cmd, DECODE_TIME)
         hyps = out.read_text(encoding="utf-8").splitlines()
         result.decode[label] = {**times, **scores(hyps, args.data)}

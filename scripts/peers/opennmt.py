@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 
 import torch
@@ -48,6 +47,7 @@ DEPS = [
 ]
 # Each log line's step and target tokens/s (OpenNMT-py logs "src/tgt tok/s").
 STEP = re.compile(r"Step (\d+)/.*?[\d.]+/\s*([\d.]+) tok/s")
+TRANSLATION_TIME = re.compile(r"Total translation time \(s\): ([\d.]+)")
 
 
 def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Result]:
@@ -57,9 +57,8 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
     bin_dir = _install(args)
     home = args.work / "onmt-run"
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    again = "--redecode" if args.redecode else "--redecode-onmt" if args.redecode_onmt else ""
-    if again:
-        result = previous_result(args, NAME, again)
+    if args.again:
+        result = previous_result(args, NAME)
     else:
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
@@ -75,10 +74,8 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
     env = {**env, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     for label, beam in DECODINGS:
         out = args.work / f"opennmt-py.{label}.hyp"
-        times = repeated(
-            args.decode_repeats,
-            lambda: _translate(bin_dir, env, shared, checkpoints[-1], TEST, out, beam),  # noqa: B023
-        )
+        cmd = _translate(bin_dir, shared, checkpoints[-1], TEST, out, beam)
+        times = repeated(args.decode_repeats, cmd, TRANSLATION_TIME, env=env)
         hyps = depiece(out, shared.spm_model)
         result.decode[label] = {**times, **scores(hyps, args.data)}
     if args.curve:
@@ -179,20 +176,16 @@ def _within_budget(home: Path, budget_end: float) -> list[Path]:
 
 
 def _translate(
-    bin_dir: Path, env: dict, shared: Shared, checkpoint: Path, split: str, out: Path, beam: int
-) -> tuple[float, float]:
-    """Decode pieces/SPLIT.en; its own translation time and the whole command's."""
-    start = time.perf_counter()
-    proc = sh(
+    bin_dir: Path, shared: Shared, checkpoint: Path, split: str, out: Path, beam: int
+) -> list[str]:
+    """The command that decodes pieces/SPLIT.en into `out` (it reports its own time,
+    `TRANSLATION_TIME`)."""
+    return (
         [str(bin_dir / "onmt_translate"), "-model", str(checkpoint)]
         + ["-src", str(shared.pieces / f"{split}.en"), "-output", str(out)]
         + ["-beam_size", str(beam), "-batch_size", "64", "-batch_type", "sents"]
-        + ["-max_length", "100", "-report_time"],
-        env=env,
+        + ["-max_length", "100", "-report_time"]
     )
-    whole = time.perf_counter() - start
-    found = re.search(r"Total translation time \(s\): ([\d.]+)", proc.stdout + proc.stderr)
-    return (float(found.group(1)) if found else whole), whole
 
 
 def _curve(
@@ -213,7 +206,7 @@ def _curve(
     } | {checkpoints[-1]}
     for checkpoint in sorted(picked, key=_step):
         out = args.work / "opennmt-py.val.hyp"
-        _translate(bin_dir, env, shared, checkpoint, "val", out, 1)
+        sh(_translate(bin_dir, shared, checkpoint, "val", out, 1), env=env)
         result.curve.append(
             {
                 "minutes": (checkpoint.stat().st_mtime - result.started) / 60,
