@@ -45,12 +45,9 @@ from nmt.attention import (
     from_sigmoid,
     masked_softmax,
 )
+from nmt.gru_cell import gru_gates, gru_gates_back, sigmoid_backward, tanh_backward
 from nmt.local_attention import centres_monotonic, window_mask
 from nmt.runtime import autocast_dtype
-
-# g · (1 - y²) and g · y (1 - y) from the output y, each one pass (autograd's own kernels).
-_tanh_backward = torch.ops.aten.tanh_backward
-_sigmoid_backward = torch.ops.aten.sigmoid_backward
 
 
 @dataclass
@@ -204,7 +201,7 @@ class _Run:
         u, share = s["p_u"], s["p_share"]
         dp = (ds * s["p_offsets"]).sum(-1) / self.var  # (B,) d/dp of −(s − p)²/2σ²
         dz = dp * self.last * share * (1 - share)  # (B,)
-        d_pre = _tanh_backward(dz.unsqueeze(1) * self.v_p, u)  # (B, H)
+        d_pre = tanh_backward(dz.unsqueeze(1) * self.v_p, u)  # (B, H)
         acc["d_pre_p"].append(d_pre)
         acc["d_vp"].append(dz @ u)  # (H,)
         return self._mm(d_pre, self.w_p.t())  # (B, H)
@@ -213,13 +210,8 @@ class _Run:
         """gi (B, 3H) input gates from the embedding, h (B, H), x (B, R) -> new h (B, H)."""
         gi = gi + self._mm(x, self.w_ir)  # (B, 3H)
         gh = torch.addmm(self.b_hh, self._c(h), self.w_hh.t()).float()  # (B, 3H)
-        size = h.size(1)
-        rz = torch.sigmoid(gi[:, : 2 * size] + gh[:, : 2 * size])  # (B, 2H)
-        r, z = rz[:, :size], rz[:, size:]
-        gh_n = gh[:, 2 * size :]
-        n = torch.tanh(gi[:, 2 * size :] + r * gh_n)  # (B, H)
-        s.update(h=h, x=x, rz=rz, n=n, gh_n=gh_n)
-        return n + z * (h - n)  # (1 - z) n + z h
+        s["x"] = x
+        return gru_gates(gi, gh, h, s)
 
     def forward(self, gi_emb: Tensor, h0: Tensor, *, keep: bool) -> tuple[Tensor, ...]:
         """gi_emb (B, T, 3H) = emb W_ie + b_ih, h0 (B, H).
@@ -274,7 +266,7 @@ class _Run:
         sig = s["sig"].flatten(0, 1)  # (B·S, A) σ(2x), tanh(x) = 2σ − 1
         assert self.v is not None
         # d tanh(x)/dx = 1 − tanh² = 4σ(1 − σ): the 4 rides on ds (B, S), not on (B, S, A)
-        d_pre = _sigmoid_backward((ds * 4).unsqueeze(2) * self.v, s["sig"])  # (B, S, A)
+        d_pre = sigmoid_backward((ds * 4).unsqueeze(2) * self.v, s["sig"])  # (B, S, A)
         d_qp = d_pre.sum(1)  # (B, A)
         # Σ ds·tanh = 2 σᵀds − Σds over the batch's B·S pairs: (A,)
         if acc["d_keys"]:
@@ -289,16 +281,10 @@ class _Run:
 
     def _gru_back(self, dh: Tensor, s: dict[str, Tensor], acc: dict[str, list]) -> tuple:
         """Gradient of the new h (B, H) -> gradients of gi (B, 3H), h (B, H), x (B, R)."""
-        rz, n, h, gh_n = s["rz"], s["n"], s["h"], s["gh_n"]
-        size = h.size(1)
-        r, z = rz[:, :size], rz[:, size:]
-        d_n = _tanh_backward(dh * (1 - z), n)  # (B, H)
-        d_rz = _sigmoid_backward(torch.cat([d_n * gh_n, dh * (h - n)], dim=1), rz)  # (B, 2H)
-        d_gi = torch.cat([d_rz, d_n], dim=1)  # (B, 3H)
-        d_gh = torch.cat([d_rz, d_n * r], dim=1)  # (B, 3H)
+        d_gi, d_gh, d_h = gru_gates_back(dh, s)  # (B, 3H), (B, 3H), (B, H)
         acc["d_gi"].append(d_gi)
         acc["d_gh"].append(d_gh)
-        d_h = dh * z + self._mm(d_gh, self.w_hh.t())  # (B, H)
+        d_h = d_h + self._mm(d_gh, self.w_hh.t())  # (B, H)
         d_x = self._mm(d_gi, self.w_ir.t())  # (B, R)
         return d_gi, d_h, d_x
 
@@ -329,7 +315,7 @@ class _Run:
             if self.w_c is not None:  # Luong
                 d_pre = g_out[:, t] + d_feed  # (B, H) into h̃_t
                 if self.b_c is None:
-                    d_pre = _tanh_backward(d_pre, s["out"])
+                    d_pre = tanh_backward(d_pre, s["out"])
                 acc["d_c"].append(d_pre)
                 du = self._mm(d_pre, self.w_c.t())  # (B, Dv + H)
                 dv = self.values.size(2)

@@ -128,6 +128,17 @@ def _arguments() -> argparse.Namespace:
         action="store_true",
         help="decoder loop through autograd, a step at a time (the path before nmt.recurrence)",
     )
+    ap.add_argument(
+        "--encoder-gru",
+        action="store_true",
+        help="the encoder by nn.GRU over a packed sequence (the path before nmt.encoder_loop)",
+    )
+    ap.add_argument(
+        "--paired",
+        choices=["encoder", "decoder"],
+        help="time each batch with that module's hand-written loop off and on (order "
+        "alternating) instead: both rates and the median per-batch speed-up",
+    )
     return ap.parse_args()
 
 
@@ -144,6 +155,7 @@ def main() -> None:
     if args.checkpoint:
         ts.restore(load_checkpoint(args.checkpoint))
     ts.model.decoder.fused = not args.step_by_step
+    ts.model.encoder.fused = not args.encoder_gru
     train = prepared.train
     rows = epoch_rows(
         [len(s) for s in train.src_ids], [len(t) for t in train.tgt_ids], cfg.train, epoch=0
@@ -180,19 +192,44 @@ def main() -> None:
         for site, count in counter.sites.most_common():
             print(f"  {count / n:g}  {site}")
         return
+    if args.paired:
+        _paired(step, getattr(ts.model, args.paired), batches[3 : 3 + args.steps], precision)
+        return
     rates = []
     for b in batches[3 : 3 + args.steps]:
         start = time.perf_counter()
         step(b)
         rates.append(b.n_tgt_tokens / (time.perf_counter() - start))
     print(
-        f"{args.config} {precision}{' step by step' if args.step_by_step else ''}: "
+        f"{args.config} {precision}{' step by step' if args.step_by_step else ''}"
+        f"{' nn.GRU encoder' if args.encoder_gru else ''}: "
         f"{statistics.median(rates):,.0f} target tokens/s "
         f"(median of {len(rates)} steps of {cfg.train.batch_size} sentences)"
     )
 
     if args.profile_steps:  # 0: the rate alone (alternated before/after comparisons)
         _profile(step, batches[3 + args.steps :], device, args.top)
+
+
+def _paired(step, module: torch.nn.Module, batches: list, precision: str) -> None:
+    """Each batch stepped twice, the module's loop off then on or on then off (alternating, so
+    neither always runs first): the rates over all batches and the median per-batch ratio,
+    which the machine's drift over minutes does not move."""
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    for i, b in enumerate(batches):
+        for fused in (True, False) if i % 2 else (False, True):
+            module.fused = fused
+            start = time.perf_counter()
+            step(b)
+            seconds[fused].append(time.perf_counter() - start)
+    tokens = sum(b.n_tgt_tokens for b in batches)
+    ratios = [off / on for off, on in zip(seconds[False], seconds[True], strict=True)]
+    low, mid, high = statistics.quantiles(ratios, n=4)
+    print(
+        f"{precision}, {type(module).__name__}'s loop off: {tokens / sum(seconds[False]):,.0f}, "
+        f"on: {tokens / sum(seconds[True]):,.0f} target tokens/s over {len(batches)} batches; "
+        f"speed-up per batch: median {mid:.3f} (quartiles {low:.3f}-{high:.3f})"
+    )
 
 
 def _profile(step, batches: list, device: torch.device, top: int) -> None:
