@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from nmt import onednn
 from nmt.attention import Attention
 from nmt.recurrence import decoder_loop, scorer_of
 
@@ -147,7 +148,7 @@ def fused_loop(
     combine = decoder.combine if isinstance(decoder, LuongDecoder) else None
     size = emb.size(-1)
     w_ih, w_hh, b_ih, b_hh = rnn.all_weights[0]  # w_ih (3Hd, E + R): the embedding's first
-    gi_emb = nn.functional.linear(emb, w_ih[:, :size], b_ih)  # (B, T, 3Hd)
+    gi_emb = onednn.linear_layer(emb, w_ih[:, :size], b_ih)  # (B, T, 3Hd)
     return decoder_loop(
         gi_emb=gi_emb,
         h0=state.hidden[0],

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from nmt import onednn
 from nmt.attention import build_attention, weighted_sum
 from nmt.config import ModelConfig
 from nmt.copy import CopyGate, mixture_log_probs
@@ -163,8 +163,8 @@ class Generator(nn.Module):
         if self.proj is not None:
             x = self.proj(x)  # (B, [T,] E)
         if vocab is None:
-            return self.out(x)
-        return F.linear(x, vocab.weight, vocab.bias)  # (B, [T,] L)
+            return onednn.linear_layer(x, self.out.weight, self.out.bias)  # (B, [T,] V)
+        return onednn.linear_layer(x, vocab.weight, vocab.bias)  # (B, [T,] L)
 
     def restrict(self, columns: Tensor) -> Restricted:
         """The output layer cut to `columns` (L,) int64 target ids, for a batch's decoding;

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nmt import onednn
 from nmt.attention import (
     Attention,
     BilinearAttention,
@@ -132,7 +133,9 @@ class _Run:
         self.scale, self.scope, self.width = static
         self.mask = mask
         self.params = (w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p)
-        self.w_ir, self.w_hh = self._c(w_ir), self._c(w_hh)
+        # w_ir is a column slice of the GRU's input weight: copied once a batch, as every
+        # step reads it (`nmt.onednn.dense`)
+        self.w_ir, self.w_hh = self._c(w_ir).contiguous(), self._c(w_hh)
         self.w_c = None if w_c is None else self._c(w_c)
         self.b_c = None if b_c is None else b_c.float()  # (H,) a linear output's bias
         self.w_q = None if w_q is None else self._c(w_q)
@@ -156,7 +159,7 @@ class _Run:
 
     def _mm(self, x: Tensor, w: Tensor) -> Tensor:
         """x (N, in) @ wᵀ with w (out, in) already cast -> (N, out) float32."""
-        return (self._c(x) @ w.t()).float()
+        return onednn.product(self.cdt, x, w)
 
     def _attend(self, q: Tensor, t: int, s: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """query (B, H) at step t -> context (B, Dv), weights (B, S); saves what the backward
@@ -166,7 +169,7 @@ class _Run:
             scores = scores * self.scale if self.scale != 1.0 else scores  # (B, S)
         else:
             assert self.b_q is not None and self.v is not None and self.v_sum is not None
-            qp = torch.addmm(self.b_q, self._c(q), self.w_q.t()).float()  # (B, A)
+            qp = onednn.product(self.cdt, q, self.w_q, self.b_q)  # (B, A)
             sig, sigmoid = additive_hidden(qp.unsqueeze(1), self.keys)  # (B, S, A) σ(2qp + 2k)
             assert sigmoid  # the loop's elementwise work is float32: the backward reads σ
             scores = from_sigmoid(sig @ self.v, self.v_sum)  # (B, S) vᵀ tanh(qp + k)
@@ -209,7 +212,7 @@ class _Run:
     def _gru(self, gi: Tensor, h: Tensor, x: Tensor, s: dict[str, Tensor]) -> Tensor:
         """gi (B, 3H) input gates from the embedding, h (B, H), x (B, R) -> new h (B, H)."""
         gi = gi + self._mm(x, self.w_ir)  # (B, 3H)
-        gh = torch.addmm(self.b_hh, self._c(h), self.w_hh.t()).float()  # (B, 3H)
+        gh = onednn.product(self.cdt, h, self.w_hh, self.b_hh)  # (B, 3H)
         s["x"] = x
         return gru_gates(gi, gh, h, s)
 
@@ -340,7 +343,7 @@ class _Run:
             return torch.cat(acc[key][::-1], dim=0)
 
         def wgrad(d: Tensor, x: Tensor) -> Tensor:  # dᵀ x, in the products' dtype
-            return (self._c(d).t() @ self._c(x)).float()
+            return onednn.product(self.cdt, d.t(), x.t())
 
         w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p = self.params
         d_gh = back("d_gh")  # (T·B, 3H)

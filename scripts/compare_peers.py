@@ -127,7 +127,8 @@ def machine_limits(args: argparse.Namespace) -> dict[str, Limit]:
         lim = out[precision]
         print(
             f"limit {precision}: {lim.gflops:,.0f} GFLOP/s at the model's shapes x "
-            f"{lim.mflop_per_token:.1f} MFLOP a target token = {lim.tokens_per_s:,.0f} tok/s"
+            f"{lim.mflop_per_token:.1f} MFLOP a target token = {lim.tokens_per_s:,.0f} tok/s "
+            f"(time by library: {lim.library})"
         )
     return out
 

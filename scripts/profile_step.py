@@ -31,6 +31,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
 
+from nmt import onednn
 from nmt.batching import collate, epoch_rows
 from nmt.checkpoint import load_checkpoint
 from nmt.config import load_config
@@ -135,9 +136,10 @@ def _arguments() -> argparse.Namespace:
     )
     ap.add_argument(
         "--paired",
-        choices=["encoder", "decoder"],
-        help="time each batch with that module's hand-written loop off and on (order "
-        "alternating) instead: both rates and the median per-batch speed-up",
+        choices=["encoder", "decoder", "onednn"],
+        help="time each batch with a lever off and on (order alternating) instead: the "
+        "encoder's or the decoder's hand-written loop, or float32 products through oneDNN "
+        "(nmt.onednn); both rates and the median per-batch speed-up",
     )
     return ap.parse_args()
 
@@ -193,7 +195,7 @@ def main() -> None:
             print(f"  {count / n:g}  {site}")
         return
     if args.paired:
-        _paired(step, getattr(ts.model, args.paired), batches[3 : 3 + args.steps], precision)
+        _paired(step, _lever(ts.model, args.paired), batches[3 : 3 + args.steps], precision)
         return
     rates = []
     for b in batches[3 : 3 + args.steps]:
@@ -211,22 +213,35 @@ def main() -> None:
         _profile(step, batches[3 + args.steps :], device, args.top)
 
 
-def _paired(step, module: torch.nn.Module, batches: list, precision: str) -> None:
-    """Each batch stepped twice, the module's loop off then on or on then off (alternating, so
+def _lever(model: torch.nn.Module, name: str):
+    """A function that turns the lever `name` (--paired) on or off."""
+
+    def switch(on: bool) -> None:
+        if name == "onednn":
+            onednn.enabled = on
+        else:
+            getattr(model, name).fused = on
+
+    switch.__name__ = name
+    return switch
+
+
+def _paired(step, switch, batches: list, precision: str) -> None:
+    """Each batch stepped twice, the lever off then on or on then off (alternating, so
     neither always runs first): the rates over all batches and the median per-batch ratio,
     which the machine's drift over minutes does not move."""
     seconds: dict[bool, list[float]] = {False: [], True: []}
     for i, b in enumerate(batches):
-        for fused in (True, False) if i % 2 else (False, True):
-            module.fused = fused
+        for on in (True, False) if i % 2 else (False, True):
+            switch(on)
             start = time.perf_counter()
             step(b)
-            seconds[fused].append(time.perf_counter() - start)
+            seconds[on].append(time.perf_counter() - start)
     tokens = sum(b.n_tgt_tokens for b in batches)
     ratios = [off / on for off, on in zip(seconds[False], seconds[True], strict=True)]
     low, mid, high = statistics.quantiles(ratios, n=4)
     print(
-        f"{precision}, {type(module).__name__}'s loop off: {tokens / sum(seconds[False]):,.0f}, "
+        f"{precision}, {switch.__name__} off: {tokens / sum(seconds[False]):,.0f}, "
         f"on: {tokens / sum(seconds[True]):,.0f} target tokens/s over {len(batches)} batches; "
         f"speed-up per batch: median {mid:.3f} (quartiles {low:.3f}-{high:.3f})"
     )

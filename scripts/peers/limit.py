@@ -3,9 +3,13 @@ alone would allow, in a precision, on the machine at hand.
 
 One training step of the model (forward and backward, through the same fused paths
 training takes) runs under a dispatch mode that records every matrix product it issues:
-`mm`, `addmm`, `bmm`, `baddbmm` with their shapes. Each distinct product is then timed alone
-in the precision (bf16: bf16 operands, as autocast gives them), and the step's products
-take `sum(count x time)`: the limit is the step's target tokens over that time. Everything
+`mm`, `addmm`, `bmm`, `baddbmm` and oneDNN's `_linear_pointwise` (`nmt.onednn`) with their
+shapes. Each distinct product is then timed alone in the precision (bf16: bf16 operands, as
+autocast gives them), a 2-D one both through torch's `mm` and through oneDNN, keeping the
+faster: the limit is what the machine's libraries can do, not what one of them does (on AMD
+CPUs torch's float32 `mm` takes MKL's generic path, 2.2× slower than oneDNN on Zen 5). The
+step's products take `sum(count x time)`: the limit is the step's target tokens over that
+time. Everything
 else a step does (elementwise operators, the loss, the optimizer, Python) counts as
 overhead, so a run's tokens/s divided by the limit is the share of the step the matrix
 units are busy: the figure issue 25 asks for, next to each row's ratio to a peer.
@@ -20,14 +24,17 @@ import collections
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from nmt import onednn  # noqa: E402
 from nmt.batching import collate  # noqa: E402
 from nmt.config import Config, load_config  # noqa: E402
 from nmt.model import build_model  # noqa: E402
@@ -81,7 +88,10 @@ class _Record(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         name = func.overloadpacket.__name__
-        if name in _PRODUCTS:
+        if name == "_linear_pointwise":  # x (M, K) times weight (N, K) transposed
+            x, w = args[0], args[1]
+            self.seen[Product("mm", 1, x.shape[0], x.shape[1], w.shape[0])] += 1
+        elif name in _PRODUCTS:
             a, b = (args[1], args[2]) if name in ("addmm", "baddbmm") else (args[0], args[1])
             if a.dim() == 2:
                 self.seen[Product("mm", 1, a.shape[0], a.shape[1], b.shape[1])] += 1
@@ -109,12 +119,25 @@ def step_products(
     return record.seen, batch.n_tgt_tokens
 
 
-def time_product(p: Product, dtype: torch.dtype, *, seconds: float = 0.15) -> float:
-    """Median seconds of one such product with `dtype` operands (after a warm-up)."""
+def time_product(p: Product, dtype: torch.dtype) -> tuple[float, str]:
+    """Median seconds of one such product with `dtype` operands, and the library that ran it
+    faster: a 2-D product through torch's `mm` and through oneDNN, a batched one through
+    torch's `bmm`."""
     shape_a = (p.m, p.k) if p.op == "mm" else (p.b, p.m, p.k)
     shape_b = (p.k, p.n) if p.op == "mm" else (p.b, p.k, p.n)
     a, b = torch.randn(shape_a).to(dtype), torch.randn(shape_b).to(dtype)
-    product = torch.mm if p.op == "mm" else torch.bmm
+    if p.op != "mm":
+        return _median_seconds(torch.bmm, a, b), "torch"
+    timed = [(_median_seconds(torch.mm, a, b), "torch")]
+    if onednn.enabled:
+        w = b.t().contiguous()  # (N, K), as a layer's weight is stored
+        timed.append((_median_seconds(lambda x, _: onednn.pointwise(x, w), a, b), "oneDNN"))
+    return min(timed)
+
+
+def _median_seconds(product: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> float:
+    """Median seconds of `product(a, b)` over about 0.15 s (after a warm-up)."""
+    seconds = 0.15
     for _ in range(3):
         product(a, b)
     times: list[float] = []
@@ -133,6 +156,9 @@ class Limit:
     gflops: float  # their rate at this model's shapes
     mflop_per_token: float  # forward and backward
     products: int  # a step's products, all shapes
+    # which library ran the step's products faster, by share of their time ("": a run
+    # from before session 18, when torch's own products alone were timed)
+    library: str = ""
 
 
 def limit(
@@ -141,7 +167,11 @@ def limit(
     """The limit of `cfg`'s model in `precision` (fp32 or bf16) on this machine's CPU."""
     seen, tokens = step_products(cfg, vocab=vocab, src_len=src_len, tgt_len=tgt_len)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
-    seconds = sum(count * time_product(p, dtype) for p, count in seen.items())
+    by_library: collections.Counter[str] = collections.Counter()
+    for p, count in seen.items():
+        t, library = time_product(p, dtype)
+        by_library[library] += count * t
+    seconds = sum(by_library.values())
     flops = sum(count * p.flops for p, count in seen.items())
     return Limit(
         precision=precision,
@@ -149,6 +179,7 @@ def limit(
         gflops=flops / seconds / 1e9,
         mflop_per_token=flops / tokens / 1e6,
         products=sum(seen.values()),
+        library=", ".join(f"{n} {t / seconds:.0%}" for n, t in by_library.most_common()),
     )
 
 
@@ -168,7 +199,8 @@ def main() -> None:
         print(
             f"{args.config} {precision}: {lim.gflops:,.0f} GFLOP/s at the model's shapes, "
             f"{lim.mflop_per_token:.1f} MFLOP a target token: a limit of "
-            f"{lim.tokens_per_s:,.0f} target tokens/s ({lim.products} products a step)"
+            f"{lim.tokens_per_s:,.0f} target tokens/s ({lim.products} products a step; "
+            f"time by library: {lim.library})"
         )
 
 

@@ -1,0 +1,107 @@
+"""Float32 matrix products through oneDNN on the CPU, where torch's own mm goes to its BLAS.
+
+Why: torch's CPU build sends float32 `mm`/`addmm`/`linear` to MKL, and MKL runs AMD CPUs on
+its generic code path. On a 2-core AMD EPYC (Zen 5, AVX-512) the model's product shapes ran
+at 190-225 GFLOP/s through MKL and at 420-510 through oneDNN, the library torch already
+uses for bf16 products (`scripts/bench_matmul.py`; docs/benchmarks.md, session 18), with
+float32 arithmetic and float32 rounding errors either way. oneDNN is reached through
+`torch.ops.mkldnn._linear_pointwise`, the op Inductor's CPU backend emits for linear layers:
+x Wᵀ + b for dense (or transposed) x and W.
+
+`enabled` is the switch (scripts turn it off to compare); `applies` says whether a product
+on these tensors goes through oneDNN: float32 on the CPU with autocast off (bf16 products
+already go through oneDNN, and a GPU has its own libraries).
+
+`linear` is for code that writes its own backward (`nmt.recurrence`, `nmt.encoder_loop`);
+`linear_layer` is an `nn.Linear`'s forward with its two backward products through oneDNN
+too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+_POINTWISE = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+enabled = _POINTWISE is not None and torch.backends.mkldnn.is_available()
+
+
+def applies(*tensors: Tensor) -> bool:
+    """Whether products of these tensors go through oneDNN here."""
+    return (
+        enabled
+        and all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
+def dense(t: Tensor) -> bool:
+    """Whether a 2-D operand is laid out as oneDNN's fast kernels read it: contiguous, or a
+    transposed contiguous tensor. A column slice (a weight's first columns) is neither, and
+    oneDNN takes such an operand at a reference kernel's speed (a training step 60× slower):
+    those go to torch's own product."""
+    return t.dim() == 2 and (t.is_contiguous() or t.t().is_contiguous())
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x (N, in) @ weight (out, in)ᵀ + bias (out,) -> (N, out), no autograd: through oneDNN
+    where it `applies` and both operands are `dense` (transposed views are), else torch's own."""
+    if not (applies(x, weight) and dense(x) and dense(weight)):
+        return F.linear(x, weight, bias)
+    return pointwise(x, weight, bias)
+
+
+def pointwise(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """oneDNN's x @ weightᵀ + bias itself, any dtype it takes, no checks (`linear` checks)."""
+    assert _POINTWISE is not None, "this torch has no oneDNN"
+    return _POINTWISE(x, weight, bias, "none", [], "")
+
+
+def product(dtype: torch.dtype | None, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """x (N, in) @ w (out, in)ᵀ + b (out,) -> (N, out) float32, no autograd, for the
+    hand-written loops: in `dtype` (autocast's; each operand cast unless it already is), or
+    with dtype None in float32, through oneDNN where it `applies`."""
+    if dtype is None:
+        return linear(x, w, b)
+    x, w = x.to(dtype), w.to(dtype)
+    y = x @ w.t() if b is None else torch.addmm(b.to(dtype), x, w.t())
+    return y.float()
+
+
+def mm(a: Tensor, b: Tensor) -> Tensor:
+    """a (N, K) @ b (K, M) -> (N, M), no autograd (`linear` with b as a transposed weight)."""
+    return linear(a, b.t())
+
+
+def linear_layer(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """F.linear(x, weight, bias) for x (..., in), with gradients; forward and backward
+    products through oneDNN where it `applies`."""
+    if not applies(x, weight):
+        return F.linear(x, weight, bias)
+    return _Linear.apply(x, weight, bias)
+
+
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        flat = x.reshape(-1, x.size(-1))  # (N, in)
+        weight = weight.contiguous()  # a column slice, copied once for both products
+        ctx.save_for_backward(flat, weight)
+        ctx.has_bias = bias is not None
+        return linear(flat, weight, bias).view(*x.shape[:-1], weight.size(0))  # (..., out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        flat, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.size(-1))  # (N, out)
+        g_x = g_w = g_b = None
+        if ctx.needs_input_grad[0]:
+            g_x = mm(g, weight).view(*grad.shape[:-1], weight.size(1))  # (..., in)
+        if ctx.needs_input_grad[1]:
+            g_w = mm(g.t(), flat)  # (out, in)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            g_b = g.sum(0)  # (out,)
+        return g_x, g_w, g_b

@@ -1,0 +1,73 @@
+"""Float32 products through oneDNN (nmt.onednn) give torch's own products' numbers, forward
+and backward, for every operand layout the loops pass; other layouts, dtypes and autocast
+go to torch's own product."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from nmt import onednn
+
+pytestmark = pytest.mark.skipif(not onednn.enabled, reason="this torch has no oneDNN")
+
+
+def operands() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(7, 5, generator=g), torch.randn(3, 5, generator=g)
+    wide = torch.randn(3, 9, generator=g)
+    return {
+        "contiguous": (x, w),
+        "transposed x": (torch.randn(5, 7, generator=g).t(), w),
+        "transposed w": (x, torch.randn(5, 3, generator=g).t()),
+        "column slice w": (x, wide[:, 2:7]),  # not dense: torch's own product
+    }
+
+
+@pytest.mark.parametrize("name", list(operands()))
+def test_linear_equals_torch(name: str) -> None:
+    x, w = operands()[name]
+    b = torch.randn(3)
+    torch.testing.assert_close(onednn.linear(x, w, b), F.linear(x, w, b))
+    torch.testing.assert_close(onednn.linear(x, w), x @ w.t())
+    torch.testing.assert_close(onednn.mm(x, w.t()), x @ w.t())
+    assert onednn.dense(w) == (name != "column slice w")
+
+
+def test_linear_layer_gradients_equal_torch() -> None:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 4, 6, generator=g)
+    wide = torch.randn(5, 8, generator=g)
+    b = torch.randn(5, generator=g)
+    results = []
+    for fn in (onednn.linear_layer, F.linear):
+        xs, ws, bs = (t.clone().requires_grad_(True) for t in (x, wide, b))
+        y = fn(xs, ws[:, 1:7], bs)  # a column slice, as the decoder's input weight is cut
+        (y * torch.arange(y.numel()).view_as(y)).sum().backward()
+        results.append([y.detach(), xs.grad, ws.grad, bs.grad])
+    for ours, theirs in zip(*results, strict=True):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_applies_to_float32_cpu_products_outside_autocast_only() -> None:
+    x = torch.randn(2, 3)
+    assert onednn.applies(x, x)
+    assert not onednn.applies(x.bfloat16(), x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not onednn.applies(x, x)
+    before = onednn.enabled
+    try:
+        onednn.enabled = False  # the switch scripts use to compare
+        assert not onednn.applies(x, x)
+    finally:
+        onednn.enabled = before
+
+
+def test_product_in_autocast_dtype_rounds_its_operands() -> None:
+    """The loops' `product` in bf16 rounds x and w to bf16 and returns float32."""
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    got = onednn.product(torch.bfloat16, x, w)
+    assert got.dtype == torch.float32
+    want = (x.bfloat16().float() @ w.bfloat16().float().t()).bfloat16().float()
+    torch.testing.assert_close(got, want)
