@@ -3,7 +3,7 @@
 Why: torch's CPU build sends float32 `mm`/`addmm`/`linear` to MKL, and MKL runs AMD CPUs on
 its generic code path. On a 2-core AMD EPYC (Zen 5, AVX-512) the model's product shapes ran
 at 190-225 GFLOP/s through MKL and at 420-510 through oneDNN, the library torch already
-uses for bf16 products (`scripts/bench_matmul.py`; docs/benchmarks.md, session 18), with
+uses for bf16 products (`scripts/peers/limit.py` times both; docs/benchmarks.md, session 18), with
 float32 arithmetic and float32 rounding errors either way. oneDNN is reached through
 `torch.ops.mkldnn._linear_pointwise`, the op Inductor's CPU backend emits for linear layers:
 x Wᵀ + b for dense (or transposed) x and W.
