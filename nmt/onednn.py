@@ -81,7 +81,14 @@ def linear_layer(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     products through oneDNN where it `applies`."""
     if not applies(x, weight):
         return F.linear(x, weight, bias)
+    if not torch.is_grad_enabled():  # decoding: no autograd node a step
+        return _leading(x, linear(x.reshape(-1, x.size(-1)), weight.contiguous(), bias))
     return _Linear.apply(x, weight, bias)
+
+
+def _leading(x: Tensor, y: Tensor) -> Tensor:
+    """y (N, out), computed from x (..., in) flattened, as (..., out)."""
+    return y.view(*x.shape[:-1], y.size(-1))
 
 
 class _Linear(torch.autograd.Function):
@@ -91,7 +98,7 @@ class _Linear(torch.autograd.Function):
         weight = weight.contiguous()  # a column slice, copied once for both products
         ctx.save_for_backward(flat, weight)
         ctx.has_bias = bias is not None
-        return linear(flat, weight, bias).view(*x.shape[:-1], weight.size(0))  # (..., out)
+        return _leading(x, linear(flat, weight, bias))  # (..., out)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
@@ -99,7 +106,7 @@ class _Linear(torch.autograd.Function):
         g = grad.reshape(-1, grad.size(-1))  # (N, out)
         g_x = g_w = g_b = None
         if ctx.needs_input_grad[0]:
-            g_x = mm(g, weight).view(*grad.shape[:-1], weight.size(1))  # (..., in)
+            g_x = _leading(grad, mm(g, weight))  # (..., in)
         if ctx.needs_input_grad[1]:
             g_w = mm(g.t(), flat)  # (out, in)
         if ctx.has_bias and ctx.needs_input_grad[2]:

@@ -195,7 +195,8 @@ def main() -> None:
             print(f"  {count / n:g}  {site}")
         return
     if args.paired:
-        _paired(step, _lever(ts.model, args.paired), batches[3 : 3 + args.steps], precision)
+        switch = _lever(ts.model, args.paired)
+        _paired(step, args.paired, switch, batches[3 : 3 + args.steps], precision)
         return
     rates = []
     for b in batches[3 : 3 + args.steps]:
@@ -222,11 +223,10 @@ def _lever(model: torch.nn.Module, name: str):
         else:
             getattr(model, name).fused = on
 
-    switch.__name__ = name
     return switch
 
 
-def _paired(step, switch, batches: list, precision: str) -> None:
+def _paired(step, name: str, switch, batches: list, precision: str) -> None:
     """Each batch stepped twice, the lever off then on or on then off (alternating, so
     neither always runs first): the rates over all batches and the median per-batch ratio,
     which the machine's drift over minutes does not move."""
@@ -241,7 +241,7 @@ def _paired(step, switch, batches: list, precision: str) -> None:
     ratios = [off / on for off, on in zip(seconds[False], seconds[True], strict=True)]
     low, mid, high = statistics.quantiles(ratios, n=4)
     print(
-        f"{precision}, {switch.__name__} off: {tokens / sum(seconds[False]):,.0f}, "
+        f"{precision}, {name} off: {tokens / sum(seconds[False]):,.0f}, "
         f"on: {tokens / sum(seconds[True]):,.0f} target tokens/s over {len(batches)} batches; "
         f"speed-up per batch: median {mid:.3f} (quartiles {low:.3f}-{high:.3f})"
     )

@@ -71,3 +71,12 @@ def test_product_in_autocast_dtype_rounds_its_operands() -> None:
     assert got.dtype == torch.float32
     want = (x.bfloat16().float() @ w.bfloat16().float().t()).bfloat16().float()
     torch.testing.assert_close(got, want)
+
+
+def test_linear_layer_without_gradients_equals_torch() -> None:
+    """Decoding calls the layer under no_grad: the same numbers, no autograd node."""
+    x, w, b = torch.randn(2, 3, 6), torch.randn(5, 8)[:, 1:7], torch.randn(5)
+    with torch.no_grad():
+        y = onednn.linear_layer(x, w, b)
+    assert y.grad_fn is None
+    torch.testing.assert_close(y, F.linear(x, w, b))
