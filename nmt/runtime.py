@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import datetime
 import functools
+import gc
 import os
 import random
 import signal
@@ -138,6 +139,17 @@ def _without_onednn() -> Iterator[None]:
         yield
     finally:
         torch.backends.mkldnn.enabled = before
+
+
+def freeze_gc() -> None:
+    """Put every object alive now (torch's modules and a loaded model: hundreds of thousands)
+    out of the garbage collector's reach, for a process that loaded a model to decode with.
+
+    Otherwise the first full collection walks them all: ~85 ms (2 cores, Python 3.11) in the
+    middle of the first translations, or of a server's request. Frozen objects are never
+    collected, which costs nothing for what stays alive while the model is used.
+    """
+    gc.freeze()
 
 
 def seed_everything(seed: int) -> None:

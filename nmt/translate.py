@@ -144,6 +144,7 @@ class Translator:
         if len(loaded) > 1:
             check_compatible([x.tokenizer for x in loaded], [x.path for x in loaded])
             model = Ensemble([x.model for x in loaded])
+        runtime.freeze_gc()
         return cls(
             model=model,
             tokenizer=first.tokenizer,

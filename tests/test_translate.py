@@ -4,6 +4,7 @@ n-best, attention as text and PNG, input from arguments, stdin and files."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import subprocess
 import sys
 
@@ -38,6 +39,15 @@ def test_from_checkpoint_takes_a_run_dir_or_a_file(tiny_run, translator):
     by_file = Translator.from_checkpoint(tiny_run.checkpoint)
     assert translator.path == by_file.path == tiny_run.checkpoint
     assert translator.config.decode == tiny_run.config.decode
+
+
+def test_loading_puts_the_loaded_objects_out_of_the_collectors_reach(tiny_run):
+    """nmt.runtime.freeze_gc: the model's tensors are frozen, so no full collection walks
+    them (or torch's hundreds of thousands of objects) in the middle of a translation."""
+    tr = Translator.from_checkpoint(tiny_run.run_dir)
+    assert gc.is_tracked(tr.model) and gc.get_freeze_count() > 0
+    # the collector's generations no longer hold it: only the permanent one does
+    assert not any(o is tr.model for o in gc.get_objects())
 
 
 def test_no_model_and_no_latest_run_is_a_clear_error(tmp_path, monkeypatch):
