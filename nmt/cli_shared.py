@@ -76,8 +76,8 @@ Int8Opt = Annotated[
     bool,
     typer.Option(
         "--int8",
-        help="CPU: decode with int8 weights in the RNNs and Linear layers (PyTorch dynamic "
-        "quantization; faster, BLEU a little different).",
+        help="CPU: decode with int8 weights in the RNNs, the Linear layers and the output "
+        "layer (nmt.int8; faster, BLEU a little different).",
     ),
 ]
 ProgressOpt = Annotated[

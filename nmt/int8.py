@@ -6,14 +6,20 @@ and quantizes each layer's input on the fly, batch by batch; products run in int
 accumulation (fbgemm on x86: AVX2 or AVX512 VNNI). Nothing is calibrated or retrained: it
 applies to any checkpoint at load time. Where it helps: with AVX512-VNNI, decoding the
 reference model ran 1.6-1.8× faster (2.1-2.3× with `--precision bf16` on a CPU with bf16
-units, which puts the output layer in bf16), validation BLEU within 0.12; on AVX2 alone,
-no faster than float32 (docs/benchmarks.md).
+units), validation BLEU within 0.12; on AVX2 alone, no faster than float32 (sessions 16-17,
+docs/benchmarks.md; the output layer was float then).
+
+The output layer (`generator.out`) is quantized here, not by PyTorch: tied to the target
+embedding in most configs, and cut per batch to its shortlist (`nmt.shortlist`) by indexing
+its rows (2,000 to 4,600 columns for a Multi30k batch of 64), which a packed int8 weight
+does not allow, and packing every batch's cut again cost more than it saved. So `Int8Rows`
+keeps it as plain int8 rows, one scale per row (cut like the float weight), and `linear`
+quantizes its input per row on the fly and multiplies with `torch._int_mm` (int32 sums):
+the reference model's shortlisted output layer ran 3x faster than float32 through oneDNN,
+its greedy and beam-5 decoding 1.2x (session 19, docs/benchmarks.md).
 
 Left in float32, and why:
 - the embeddings: a lookup, not a product;
-- the output layer (`generator.out`): tied to the target embedding in most configs, and
-  cut per batch to its shortlist (`nmt.shortlist`) by indexing its rows, which a packed
-  int8 weight does not allow (2,000 to 4,600 columns for a Multi30k batch of 64);
 - attention's scores, softmax and weighted sums, and multi-head attention's per-head
   parameters: activations times activations, which dynamic quantization does not cover.
 
@@ -26,18 +32,58 @@ one of nmt's dependencies); its warnings are silenced here, once, where it is ca
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from nmt.errors import NmtError
 
 # What is quantized: these module types, anywhere in the model but the names below.
 QUANTIZED = (nn.Linear, nn.GRU, nn.LSTM)
-KEPT = ("generator.out",)
+KEPT = ("generator.out",)  # quantized by `Int8Rows` instead (see above)
+
+# `torch._int_mm` gives wrong sums for an inner size of 1 (a transposed (N, 1) weight's layout
+# is ambiguous; torch 2.13, CPU); layers this narrow gain nothing from int8 anyway.
+MIN_INNER = 8
+
+
+@dataclass(frozen=True)
+class Int8Rows:
+    """A weight (N, K) as int8 rows with one float32 scale each: row n is about
+    `weight[n] * scale[n]` (symmetric, the row's largest magnitude maps to 127)."""
+
+    weight: Tensor  # (N, K) int8
+    scale: Tensor  # (N,) float32
+
+    @classmethod
+    def of(cls, weight: Tensor) -> Int8Rows:
+        w = weight.detach().float()  # (N, K)
+        scale = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127  # (N,)
+        q = torch.round(w / scale.unsqueeze(1)).to(torch.int8)  # (N, K), |q| <= 127
+        return cls(q, scale)
+
+    def rows(self, index: Tensor) -> Int8Rows:
+        """The rows `index` (L,) int64: (L, K)."""
+        return Int8Rows(self.weight[index], self.scale[index])
+
+
+def linear(x: Tensor, w: Int8Rows, bias: Tensor | None) -> Tensor:
+    """x (..., K) float -> x·wᵀ + bias (..., N) float32, in int8: each row of x quantized
+    on the fly like the weight's rows (its own scale, symmetric), int32 sums."""
+    lead, k = x.shape[:-1], x.size(-1)
+    x2 = x.reshape(-1, k).float()  # (M, K)
+    sx = x2.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / 127
+    xq = torch.round(x2 / sx).to(torch.int8)  # (M, K)
+    acc = torch._int_mm(xq, w.weight.t())  # (M, N) int32
+    out = acc.to(torch.float32).mul_(sx)  # (M, N)
+    out = out.mul_(w.scale) if bias is None else torch.addcmul(bias.float(), out, w.scale)
+    return out.view(*lead, -1)  # (..., N)
 
 
 def quantize(model: nn.Module, device_type: str) -> nn.Module:
-    """`model` (eval mode) with int8 weights in its RNNs and Linear layers, in place."""
+    """`model` (eval mode) with int8 weights in its RNNs and Linear layers, in place, and an
+    int8 copy of its output layer (`Generator.out_int8`)."""
     if device_type != "cpu":
         raise NmtError(f"--int8: CPU decoding only (the model is on {device_type})")
     from torch.ao.quantization import quantize_dynamic
@@ -47,6 +93,9 @@ def quantize(model: nn.Module, device_type: str) -> nn.Module:
         for name, module in model.named_modules()
         if isinstance(module, QUANTIZED) and name not in KEPT
     }
+    generator = getattr(model, "generator", None)  # nmt.model.Generator, of a Seq2Seq
+    if generator is not None and generator.out.in_features >= MIN_INNER:
+        generator.out_int8 = Int8Rows.of(generator.out.weight)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecation notices, once per layer
         return quantize_dynamic(model.eval(), names, inplace=True)

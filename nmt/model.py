@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmt import onednn
+from nmt import int8, onednn
 from nmt.attention import build_attention, weighted_sum
 from nmt.config import ModelConfig
 from nmt.copy import CopyGate, mixture_log_probs
@@ -43,6 +43,7 @@ from nmt.decoder import (
 from nmt.dropout import Dropout
 from nmt.encoder_loop import applies as encoder_loop_applies
 from nmt.encoder_loop import encoder_loop
+from nmt.int8 import Int8Rows
 from nmt.runtime import autocast_dtype
 from nmt.shortlist import Restricted, Shortlist
 
@@ -155,26 +156,38 @@ class Generator(nn.Module):
         self.out = nn.Linear(size, vocab_size)
         if tie_to is not None:
             self.out.weight = tie_to.weight
+        self.out_int8: Int8Rows | None = None  # set by nmt.int8.quantize: decoding only
 
     def forward(self, x: Tensor, vocab: Restricted | None = None) -> Tensor:
         """(B, [T,] D) -> logits (B, [T,] V); with `vocab`, the logits of its L columns only
-        (B, [T,] L), in the order of `vocab.columns`."""
+        (B, [T,] L), in the order of `vocab.columns`. An int8 model's are float32."""
         x = self.dropout(x)
         if self.proj is not None:
             x = self.proj(x)  # (B, [T,] E)
-        if vocab is None:
-            return onednn.linear_layer(x, self.out.weight, self.out.bias)  # (B, [T,] V)
-        return onednn.linear_layer(x, vocab.weight, vocab.bias)  # (B, [T,] L)
+        if vocab is not None:
+            return _product(x, vocab.weight, vocab.bias)  # (B, [T,] L)
+        weight = self.out.weight if self.out_int8 is None else self.out_int8
+        return _product(x, weight, self.out.bias)  # (B, [T,] V)
 
     def restrict(self, columns: Tensor) -> Restricted:
         """The output layer cut to `columns` (L,) int64 target ids, for a batch's decoding;
         in autocast's dtype where it is on: the cut is no parameter, so autocast would cast
         it again at every step (its cast cache keeps parameters only)."""
-        weight, bias = self.out.weight[columns], self.out.bias[columns]  # (L, E), (L,)
+        bias = self.out.bias[columns]  # (L,)
+        if self.out_int8 is not None:  # an int8 model: its int8 rows are what it multiplies
+            return Restricted(columns, self.out_int8.rows(columns), bias)
+        weight = self.out.weight[columns]  # (L, E)
         dtype = autocast_dtype(weight.device.type)
         if dtype is not None:
             weight, bias = weight.to(dtype), bias.to(dtype)
         return Restricted(columns, weight, bias)
+
+
+def _product(x: Tensor, weight: Tensor | Int8Rows, bias: Tensor) -> Tensor:
+    """x (..., E) -> x·weightᵀ + bias (..., N), through int8 (`nmt.int8`) or oneDNN."""
+    if isinstance(weight, Int8Rows):
+        return int8.linear(x, weight, bias)
+    return onednn.linear_layer(x, weight, bias)
 
 
 @dataclass

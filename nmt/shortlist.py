@@ -26,11 +26,15 @@ F frequent, B sentences, S source length, L columns.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+
+if TYPE_CHECKING:
+    from nmt.int8 import Int8Rows
 
 # With FREQUENT, tuned on Multi30k val on two models in session 15 (docs/benchmarks.md): 20
 # and 500 decode 1.2-1.3x faster than 100 and 1,000, BLEU within 0.1 of the full vocabulary.
@@ -48,7 +52,7 @@ class Restricted:
     """An output layer cut to a batch's shortlist (`nmt.model.Generator.restrict`)."""
 
     columns: Tensor  # (L,) int64 sorted target ids
-    weight: Tensor  # (L, E)
+    weight: Tensor | Int8Rows  # (L, E); an int8 model's as int8 rows (nmt.int8)
     bias: Tensor  # (L,)
 
     def positions(self, ids: Tensor) -> Tensor:

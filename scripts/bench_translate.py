@@ -13,7 +13,7 @@ Variants:
 - `bf16`: the model under bf16 autocast (`nmt translate --precision bf16`; CPUs with bf16
   matrix units);
 - `int8`: int8 weights (`nmt translate --int8`, `nmt.int8`);
-- `int8+bf16`: both (the output layer, which stays float, in bf16).
+- `int8+bf16`: both.
 
 Prints each variant's fastest time of its repeats (and all of them), BLEU against --ref if
 given, and whether its output equals the first variant's.

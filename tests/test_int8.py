@@ -4,11 +4,13 @@ translations and BLEU (on its own training sentences: a tolerance, not a quality
 from __future__ import annotations
 
 import pytest
+import torch
 from torch import nn
 
 from nmt.errors import NmtError
 from nmt.evaluate import bleu
-from nmt.int8 import quantize
+from nmt.int8 import MIN_INNER, Int8Rows, linear, quantize
+from nmt.model import Generator
 from nmt.translate import Translator
 
 # How far int8 may move the tiny model's BLEU on its training sentences, in points: its
@@ -29,11 +31,94 @@ def test_int8_decoding_stays_within_the_tolerance_of_float32(run, request):
         assert sum(g.text == w for g, w in zip(got, want, strict=True)) >= len(want) // 2
 
 
-def test_rnns_and_linear_layers_are_quantized_but_not_the_output_layer(tiny_copy_run):
+def test_rnns_and_linear_layers_are_quantized_and_the_output_layer_gets_int8_rows(
+    tiny_copy_run,
+):
     model = Translator.from_checkpoint(tiny_copy_run.run_dir, int8=True).model
     plain = [n for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.GRU))]
     assert plain == ["generator.out"]  # every other product layer now holds int8 weights
     assert type(model.decoder.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic")
+    rows = model.generator.out_int8
+    assert rows is not None and rows.weight.dtype == torch.int8
+    assert rows.weight.shape == model.generator.out.weight.shape
+
+
+def _bound(x: torch.Tensor, w: torch.Tensor, q: Int8Rows) -> torch.Tensor:
+    """The most rounding can move each x·wᵀ (x (M, K), w (N, K)): half a step of each
+    operand's scale, times the other operand's magnitudes, summed over K."""
+    sx = x.abs().amax(dim=1, keepdim=True) / 127  # (M, 1)
+    w_hat = q.weight.float() * q.scale.unsqueeze(1)  # (N, K)
+    return (x.abs() @ (q.scale.unsqueeze(1) / 2).expand_as(w).t()) + sx / 2 * w_hat.abs().sum(1)
+
+
+def test_int8_rows_product_is_within_its_rounding_bound():
+    torch.manual_seed(0)
+    x, w, b = torch.randn(37, 96), torch.randn(301, 96) * 0.1, torch.randn(301)
+    q = Int8Rows.of(w)
+    got, want = linear(x, q, b), x @ w.t() + b  # (37, 301)
+    assert got.dtype == torch.float32
+    err = (got - want).abs()
+    assert (err <= _bound(x, w, q) * 1.001 + 1e-5).all()
+    assert err.max() > 0  # rounding did happen: the bound, not equality, is what held
+    # leading dimensions, bf16 input (cast to float32 first), no bias
+    got3 = linear(x.view(37, 1, 96).bfloat16(), q, None)
+    assert got3.shape == (37, 1, 301)
+    assert torch.allclose(got3.view(37, 301), linear(x.bfloat16().float(), q, None))
+
+
+def test_int8_rows_product_is_exact_where_nothing_rounds():
+    """Integer rows whose largest magnitude is 127 have scale 1: the int8 sums are exact."""
+    torch.manual_seed(1)
+    x = torch.randint(-127, 128, (9, 40)).float()
+    w = torch.randint(-127, 128, (50, 40)).float()
+    x[:, 0], w[:, 0] = 127, -127  # every row's largest magnitude
+    b = torch.arange(50.0)
+    assert torch.equal(linear(x, Int8Rows.of(w), b), x @ w.t() + b)
+
+
+def test_int8_rows_cut_like_the_float_weight():
+    w = torch.randn(64, 16)
+    q, index = Int8Rows.of(w), torch.tensor([3, 9, 10, 63])
+    cut = q.rows(index)
+    assert torch.equal(cut.weight, Int8Rows.of(w[index]).weight)
+    assert torch.equal(cut.scale, Int8Rows.of(w[index]).scale)
+
+
+def test_a_zero_row_gives_the_bias_not_nan():
+    q = Int8Rows.of(torch.zeros(5, 16))
+    out = linear(torch.zeros(2, 16), q, torch.ones(5))
+    assert torch.equal(out, torch.ones(2, 5))
+
+
+def test_output_layers_narrower_than_min_inner_stay_float():
+    """torch._int_mm sums wrongly for an inner size of 1; narrow layers keep float."""
+    model = nn.Module()
+    model.generator = Generator(input_size=MIN_INNER - 1, vocab_size=20, dropout=0.0, tie_to=None)
+    quantize(model, "cpu")
+    assert model.generator.out_int8 is None
+    model.generator = Generator(input_size=MIN_INNER, vocab_size=20, dropout=0.0, tie_to=None)
+    quantize(model, "cpu")
+    assert model.generator.out_int8 is not None
+
+
+def test_int8_shortlisted_scores_stay_within_the_bound_of_float_ones(tiny_run):
+    """An int8 model's output layer cut to a batch's columns (what a shortlist gives it),
+    against the float layer: within the rounding bound, and the same as the whole
+    vocabulary's int8 scores at those columns."""
+    gen = Translator.from_checkpoint(tiny_run.run_dir, int8=True).model.generator
+    assert gen.out_int8 is not None
+    torch.manual_seed(2)
+    x = torch.randn(6, gen.out.in_features if gen.proj is None else gen.proj.in_features)
+    h = x if gen.proj is None else gen.proj(x)  # (6, E) what the output layer reads
+    columns = torch.tensor([2, 3, 5, 8, 13])
+    vocab = gen.restrict(columns)
+    assert isinstance(vocab.weight, Int8Rows)
+    want = h @ gen.out.weight[columns].t() + gen.out.bias[columns]
+    got = gen(x, vocab)  # (6, 5)
+    bound = _bound(h, gen.out.weight[columns], vocab.weight)
+    assert ((got - want).abs() <= bound * 1.001 + 1e-5).all()
+    full = gen(x)  # (6, V): the whole vocabulary in int8 too
+    assert torch.allclose(full[:, columns], got)
 
 
 def test_int8_is_refused_off_the_cpu():
