@@ -22,8 +22,8 @@ Conventions shared by both functions:
   same output (given a model whose rows do not interact, which packing and masks ensure).
 
 Shape legend: B sentences, Ba sentences still being decoded, K beam size, S source length,
-V target vocabulary, W candidates kept per beam (2K, or V if smaller), C candidates per
-sentence (2K), t tokens decoded so far.
+V target vocabulary (or a shortlist's columns), C candidates per sentence (2K), t tokens
+decoded so far.
 """
 
 # long: greedy and beam search share the conventions above and their helpers; apart, a
@@ -119,6 +119,10 @@ class _Columns:
     ids: Tensor | None = None
     eos: int = EOS_ID
 
+    def target_ids(self, positions: Tensor) -> Tensor:
+        """Positions among the step's scores (any shape) -> target ids."""
+        return positions if self.ids is None else self.ids[positions]
+
     @classmethod
     def of(cls, enc: Any) -> _Columns:
         vocab = getattr(enc, "vocab", None)  # a shortlist (nmt.shortlist), or none
@@ -127,26 +131,20 @@ class _Columns:
         return cls(vocab.columns, int(torch.searchsorted(vocab.columns, EOS_ID)))  # one sync
 
 
-def _top_log_probs(
-    logits: Tensor, k: int, t: int, min_len: int, cols: _Columns
-) -> tuple[Tensor, Tensor]:
-    """The k most probable allowed tokens of each row of step t's (N, V) logits (or (N, L)
-    over a shortlist's columns): their float32 log-probabilities (N, k) and target ids
-    (N, k), best first.
+def _log_probs(logits: Tensor, t: int, min_len: int, cols: _Columns) -> Tensor:
+    """Step t's (N, V) logits (or (N, L) over a shortlist's columns) -> float32
+    log-probabilities (N, V), normalised over what the scores cover, forbidden tokens -inf.
 
-    Taking the top k of the logits and then normalising skips writing a full (N, V)
-    log-softmax. The logits are overwritten (forbidden tokens set to -inf): nothing else
-    reads them.
+    Why `log_softmax`: on a CPU it normalises a (64, 3,456) block in half the time that
+    `logsumexp` takes to give only the normaliser (session 19: 67 against 128 µs).
     """
-    logits = logits.float()
-    norm = logits.logsumexp(dim=-1, keepdim=True)  # (N, 1) over what the scores cover
+    log_p = logits.float().log_softmax(dim=-1)  # (N, V)
     if cols.ids is None:  # a shortlist never holds PAD or BOS
-        logits[:, PAD_ID] = -math.inf
-        logits[:, BOS_ID] = -math.inf
+        log_p[:, PAD_ID] = -math.inf
+        log_p[:, BOS_ID] = -math.inf
     if t < min_len:
-        logits[:, cols.eos] = -math.inf
-    top, ids = logits.topk(min(k, logits.size(1)), dim=-1)  # (N, k)
-    return top - norm, ids if cols.ids is None else cols.ids[ids]
+        log_p[:, cols.eos] = -math.inf
+    return log_p
 
 
 def _to(index: Tensor, device: torch.device) -> Tensor:
@@ -244,7 +242,10 @@ def greedy(
         t = 0
         while alive.numel():
             logits, state, attn = model.step(prev, state, enc)  # (Ba, V), _, (Ba, S)
-            best_lp, best = (x.squeeze(1) for x in _top_log_probs(logits, 1, t, min_len, cols))
+            log_p = _log_probs(logits, t, min_len, cols)  # (Ba, V)
+            at = log_p.argmax(dim=-1, keepdim=True)  # (Ba, 1) the first of equal bests;
+            # (argmax, not topk: 69 against 104 µs at (64, 3,456))
+            best_lp, best = log_p.gather(-1, at).squeeze(1), cols.target_ids(at.squeeze(1))
             logprob = logprob + best_lp
             tokens = torch.cat([tokens, best.unsqueeze(1)], dim=1)  # (Ba, t+1)
             attn_hist = torch.cat([attn_hist, attn.float().unsqueeze(1)], dim=1)  # (Ba, t+1, S)
@@ -379,14 +380,16 @@ def beam_search(
             Ba = alive.numel()
             logits, state, attn = model.step(prev, state, enc)  # (Ba*K, V), _, (Ba*K, S)
             # The 2K best extensions of a sentence are among the 2K best of each of its beams.
-            row_lp, row_ids = _top_log_probs(logits, 2 * K, t, min_len, cols)  # (Ba*K, W)
-            W = row_lp.size(1)
-            cand = (scores.view(-1, 1) + row_lp).view(Ba, K * W)  # (Ba, K*W)
-            C = min(2 * K, K * W)
+            log_p = _log_probs(logits, t, min_len, cols)  # (Ba*K, V)
+            V = log_p.size(1)
+            # One top-k over a sentence's K·V extensions: faster than a top-k per beam and
+            # another over their candidates (session 19: 600 against 910 µs, 320 × 3,456).
+            cand = (scores.view(-1, 1) + log_p).view(Ba, K * V)  # (Ba, K*V)
+            C = min(2 * K, K * V)
             top, idx = cand.topk(C, dim=1)  # (Ba, C), best first
-            token = row_ids.view(Ba, K * W).gather(1, idx)  # (Ba, C)
+            token = cols.target_ids(idx % V)  # (Ba, C)
             first_row = torch.arange(Ba, device=device).unsqueeze(1) * K  # (Ba, 1)
-            rows = first_row + torch.div(idx, W, rounding_mode="floor")  # (Ba, C) extended row
+            rows = first_row + torch.div(idx, V, rounding_mode="floor")  # (Ba, C) extended row
             is_eos = token == EOS_ID
             # At most K of the 2K candidates are EOS (one per beam), so K others always exist;
             # ranking EOS after every other candidate picks the K best non-EOS in order.
