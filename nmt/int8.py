@@ -15,8 +15,9 @@ its rows (2,000 to 4,600 columns for a Multi30k batch of 64), which a packed int
 does not allow, and packing every batch's cut again cost more than it saved. So `Int8Rows`
 keeps it as plain int8 rows, one scale per row (cut like the float weight), and `linear`
 quantizes its input per row on the fly and multiplies with `torch._int_mm` (int32 sums):
-the reference model's shortlisted output layer ran 3x faster than float32 through oneDNN,
-its greedy and beam-5 decoding 1.2x (session 19, docs/benchmarks.md).
+the reference model's shortlisted output layer ran 2.6-3.0x faster than float32 through
+oneDNN (`scripts/bench_output_layer.py`), its greedy and beam-5 decoding 1.1-1.3x (session
+19, docs/benchmarks.md).
 
 Left in float32, and why:
 - the embeddings: a lookup, not a product;

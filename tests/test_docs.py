@@ -1,5 +1,6 @@
 """The documentation that is generated stays generated: docs/configuration.md's table of
-every key is what scripts/config_reference.py makes from nmt/config.py."""
+every key is what scripts/config_reference.py makes from nmt/config.py. And the map of the
+code (docs/architecture.md) names every module."""
 
 from __future__ import annotations
 
@@ -20,3 +21,10 @@ def test_every_config_key_has_a_help_in_the_reference():
     for row in table().splitlines():
         if row.startswith("| `"):
             assert row.rstrip(" |").split("|")[-1].strip(), f"no help: {row}"
+
+
+def test_the_architecture_map_names_every_module():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    modules = sorted(p.name for p in (ROOT / "nmt").glob("*.py") if not p.name.startswith("__"))
+    missing = [m for m in modules if f"`{m}`" not in text]
+    assert not missing, f"docs/architecture.md does not name {missing}"
