@@ -72,14 +72,11 @@ class Int8Rows:
 def linear(x: Tensor, w: Int8Rows, bias: Tensor | None) -> Tensor:
     """x (..., K) float -> x·wᵀ + bias (..., N) float32, in int8: each row of x quantized
     on the fly like the weight's rows (its own scale, symmetric), int32 sums."""
-    lead, k = x.shape[:-1], x.size(-1)
-    x2 = x.reshape(-1, k).float()  # (M, K)
-    sx = x2.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / 127
-    xq = torch.round(x2 / sx).to(torch.int8)  # (M, K)
-    acc = torch._int_mm(xq, w.weight.t())  # (M, N) int32
-    out = acc.to(torch.float32).mul_(sx)  # (M, N)
+    xq = Int8Rows.of(x.reshape(-1, x.size(-1)))  # (M, K) the input's rows, quantized alike
+    acc = torch._int_mm(xq.weight, w.weight.t())  # (M, N) int32
+    out = acc.to(torch.float32).mul_(xq.scale.unsqueeze(1))  # (M, N)
     out = out.mul_(w.scale) if bias is None else torch.addcmul(bias.float(), out, w.scale)
-    return out.view(*lead, -1)  # (..., N)
+    return out.view(*x.shape[:-1], -1)  # (..., N)
 
 
 def quantize(model: nn.Module, device_type: str) -> nn.Module:

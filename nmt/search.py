@@ -379,7 +379,6 @@ def beam_search(
         while True:
             Ba = alive.numel()
             logits, state, attn = model.step(prev, state, enc)  # (Ba*K, V), _, (Ba*K, S)
-            # The 2K best extensions of a sentence are among the 2K best of each of its beams.
             log_p = _log_probs(logits, t, min_len, cols)  # (Ba*K, V)
             V = log_p.size(1)
             # One top-k over a sentence's K·V extensions: faster than a top-k per beam and
