@@ -222,8 +222,7 @@ class ConcatAttention(Attention):
         scores = self.v(hidden).squeeze(-1)  # (B, T, S)
         if not sigmoid:
             return scores
-        # Σv through the module itself: int8 (`nmt.int8`) swaps it for a quantized Linear
-        v_sum = self.v(hidden.new_ones(1, hidden.size(-1))).reshape(())  # ()
+        v_sum = self.v.weight.sum()  # () float always: int8 keeps v (`nmt.int8.MIN_OUTPUTS`)
         return from_sigmoid(scores, v_sum)
 
 
