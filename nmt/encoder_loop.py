@@ -171,11 +171,13 @@ class _Run:
             h_rows.append(s["h"])
         d_gh_all = torch.cat(d_gh_rows, dim=1)  # (2, Σn_t, 3H)
         h_all = torch.cat(h_rows, dim=1)  # (2, Σn_t, H)
-        g_w_hh = self._bmm(d_gh_all.transpose(1, 2), h_all)  # (2, 3H, H)
+        g_w_hh = torch.stack(  # (2, 3H, H)
+            [onednn.weight_grad(self.cdt, d_gh_all[d], h_all[d]) for d in (0, 1)]
+        )
         g_b_hh = d_gh_all.sum(1)  # (2, 3H)
         d_gi_flat = torch.cat([d_gi[0], self._flipped(d_gi[1])], dim=-1).flatten(0, 1)
         g_emb = onednn.product(self.cdt, d_gi_flat, self.w_ih.t()).view_as(self.emb)  # (B, S, E)
-        g_w_ih = onednn.product(self.cdt, d_gi_flat.t(), self.emb.flatten(0, 1).t())  # (6H, E)
+        g_w_ih = onednn.weight_grad(self.cdt, d_gi_flat, self.emb.flatten(0, 1))  # (6H, E)
         g_b_ih = d_gi_flat.sum(0)  # (6H,)
         ordered = (
             *(g_w_ih[: 3 * H], g_w_hh[0], g_b_ih[: 3 * H], g_b_hh[0]),

@@ -343,7 +343,7 @@ class _Run:
             return torch.cat(acc[key][::-1], dim=0)
 
         def wgrad(d: Tensor, x: Tensor) -> Tensor:  # dᵀ x, in the products' dtype
-            return onednn.product(self.cdt, d.t(), x.t())
+            return onednn.weight_grad(self.cdt, d, x)
 
         w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p = self.params
         d_gh = back("d_gh")  # (T·B, 3H)

@@ -80,3 +80,18 @@ def test_linear_layer_without_gradients_equals_torch() -> None:
         y = onednn.linear_layer(x, w, b)
     assert y.grad_fn is None
     torch.testing.assert_close(y, F.linear(x, w, b))
+
+
+@pytest.mark.parametrize(("out", "inp"), [(40, 3), (3, 40), (6, 6)])
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_weight_grad_equals_g_transposed_times_x_in_the_weights_layout(out, inp, dtype) -> None:
+    """gᵀ x whichever way round it is taken (out ≫ in: as (xᵀ g)ᵀ), contiguous (out, in)."""
+    gen = torch.Generator().manual_seed(2)
+    g, x = torch.randn(9, out, generator=gen), torch.randn(9, inp, generator=gen)
+    got = onednn.weight_grad(dtype, g, x)
+    assert got.shape == (out, inp) and got.is_contiguous() and got.dtype == torch.float32
+    if dtype is None:
+        torch.testing.assert_close(got, g.t() @ x)
+    else:  # each operand rounded to bf16 first, float32 sums
+        want = g.to(dtype).float().t() @ x.to(dtype).float()
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
