@@ -12,9 +12,9 @@ x Wᵀ + b for dense (or transposed) x and W.
 on these tensors goes through oneDNN: float32 on the CPU with autocast off (bf16 products
 already go through oneDNN, and a GPU has its own libraries).
 
-`linear` is for code that writes its own backward (`nmt.recurrence`, `nmt.encoder_loop`);
-`linear_layer` is an `nn.Linear`'s forward with its two backward products through oneDNN
-too.
+`linear` is for code that writes its own backward (`nmt.recurrence`, `nmt.encoder_loop`),
+`weight_grad` for its weight gradients; `linear_layer` is an `nn.Linear`'s forward with its
+two backward products through oneDNN too.
 """
 
 from __future__ import annotations
