@@ -268,15 +268,17 @@ class _Run:
             return d_q_scores if d_q is None else d_q_scores + d_q
         sig = s["sig"].flatten(0, 1)  # (B·S, A) σ(2x), tanh(x) = 2σ − 1
         assert self.v is not None
-        # d tanh(x)/dx = 1 − tanh² = 4σ(1 − σ): the 4 rides on ds (B, S), not on (B, S, A)
-        d_pre = sigmoid_backward((ds * 4).unsqueeze(2) * self.v, s["sig"])  # (B, S, A)
-        d_qp = d_pre.sum(1)  # (B, A)
+        # d/dx of vᵀtanh(x) = v ⊙ 4σ(1 − σ). The factor 4v is the same for every pair and
+        # step, so it is applied to the sums over S (here) and over steps (`_weight_grads`):
+        # the (B, S, A) work a step is one pass writing ds·σ(1 − σ), its sum, and its addition.
+        slope = sigmoid_backward(ds.unsqueeze(2), s["sig"])  # (B, S, A) ds σ(1 − σ)
+        d_qp = slope.sum(1) * (4 * self.v)  # (B, A)
         # Σ ds·tanh = 2 σᵀds − Σds over the batch's B·S pairs: (A,)
         if acc["d_keys"]:
-            acc["d_keys"][0].add_(d_pre)  # (B, S, A) summed over steps
+            acc["d_keys"][0].add_(slope)  # (B, S, A) summed over steps, 4v to come
             acc["d_v"][0].addmv_(sig.t(), ds.flatten(), alpha=2).sub_(ds.sum())  # (A,)
         else:
-            acc["d_keys"].append(d_pre)
+            acc["d_keys"].append(slope)
             acc["d_v"].append(torch.addmv(-ds.sum(), sig.t(), ds.flatten(), alpha=2))  # (A,)
         acc["d_qp"].append(d_qp)
         d_q_scores = self._mm(d_qp, self.w_q.t())  # (B, H)
@@ -365,7 +367,7 @@ class _Run:
             g_keys = torch.bmm(ds.transpose(1, 2), q)  # (B, S, H); the scale is in ds
         else:
             assert b_q is not None and v is not None
-            g_keys = acc["d_keys"][0]  # (B, S, A)
+            g_keys = acc["d_keys"][0].mul_(4 * self.v)  # (B, S, A) the factor held back
             d_qp = back("d_qp")  # (T·B, A)
             g_w_q = wgrad(d_qp, rows("q")).to(w_q.dtype)
             g_b_q = d_qp.sum(0).to(b_q.dtype)
