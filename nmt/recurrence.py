@@ -366,7 +366,7 @@ class _Run:
             q = torch.stack([s["q"] for s in steps], dim=1)  # (B, T, H)
             g_keys = torch.bmm(ds.transpose(1, 2), q)  # (B, S, H); the scale is in ds
         else:
-            assert b_q is not None and v is not None
+            assert b_q is not None and v is not None and self.v is not None
             g_keys = acc["d_keys"][0].mul_(4 * self.v)  # (B, S, A) the factor held back
             d_qp = back("d_qp")  # (T·B, A)
             g_w_q = wgrad(d_qp, rows("q")).to(w_q.dtype)
