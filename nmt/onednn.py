@@ -80,12 +80,10 @@ def weight_grad(dtype: torch.dtype | None, g: Tensor, x: Tensor) -> Tensor:
     the reference model's weight gradient, 8 of them the copy, against 21 for the product
     alone). So in float32 it is taken as (xᵀ g)ᵀ wherever that copies fewer values: xᵀ (N ×
     in) before, and the result (out × in) after, into the weight's own layout."""
-    if dtype is not None or not applies(g, x):
-        return product(dtype, g.t(), x.t())
     n, out, inp = g.size(0), g.size(1), x.size(1)
-    if n * inp + out * inp >= n * out:
-        return linear(g.t(), x.t())
-    return linear(x.t().contiguous(), g.t()).t().contiguous()  # (xᵀ g)ᵀ
+    if dtype is None and applies(g, x) and n * inp + out * inp < n * out:
+        return linear(x.t().contiguous(), g.t()).t().contiguous()  # (xᵀ g)ᵀ
+    return product(dtype, g.t(), x.t())
 
 
 def mm(a: Tensor, b: Tensor) -> Tensor:

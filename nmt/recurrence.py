@@ -143,6 +143,7 @@ class _Run:
         self.b_q = None if b_q is None else self._c(b_q)
         self.v = None if v is None else v.float().squeeze(0)  # (A,)
         self.v_sum = None if self.v is None else self.v.sum()  # Σv, once a batch (`from_sigmoid`)
+        self.v4 = None if self.v is None else 4 * self.v  # (A,) the backward's factor 4v
         self.w_p = None if w_p is None else self._c(w_p)  # local-p's predictor
         self.v_p = None if v_p is None else v_p.float().squeeze(0)  # (H,)
         self.var = (self.width / 2) ** 2  # local-p's Gaussian: σ² = (D/2)²
@@ -267,12 +268,12 @@ class _Run:
             d_q_scores = torch.bmm(ds.unsqueeze(1), self.keys).squeeze(1)  # (B, Dp = H)
             return d_q_scores if d_q is None else d_q_scores + d_q
         sig = s["sig"].flatten(0, 1)  # (B·S, A) σ(2x), tanh(x) = 2σ − 1
-        assert self.v is not None
+        assert self.v4 is not None
         # d/dx of vᵀtanh(x) = v ⊙ 4σ(1 − σ). The factor 4v is the same for every pair and
         # step, so it is applied to the sums over S (here) and over steps (`_weight_grads`):
         # the (B, S, A) work a step is one pass writing ds·σ(1 − σ), its sum, and its addition.
         slope = sigmoid_backward(ds.unsqueeze(2), s["sig"])  # (B, S, A) ds σ(1 − σ)
-        d_qp = slope.sum(1) * (4 * self.v)  # (B, A)
+        d_qp = slope.sum(1) * self.v4  # (B, A)
         # Σ ds·tanh = 2 σᵀds − Σds over the batch's B·S pairs: (A,)
         if acc["d_keys"]:
             acc["d_keys"][0].add_(slope)  # (B, S, A) summed over steps, 4v to come
@@ -366,8 +367,8 @@ class _Run:
             q = torch.stack([s["q"] for s in steps], dim=1)  # (B, T, H)
             g_keys = torch.bmm(ds.transpose(1, 2), q)  # (B, S, H); the scale is in ds
         else:
-            assert b_q is not None and v is not None and self.v is not None
-            g_keys = acc["d_keys"][0].mul_(4 * self.v)  # (B, S, A) the factor held back
+            assert b_q is not None and v is not None and self.v4 is not None
+            g_keys = acc["d_keys"][0].mul_(self.v4)  # (B, S, A) the factor held back
             d_qp = back("d_qp")  # (T·B, A)
             g_w_q = wgrad(d_qp, rows("q")).to(w_q.dtype)
             g_b_q = d_qp.sum(0).to(b_q.dtype)
