@@ -39,12 +39,11 @@ def token_loss(out: Output, target: torch.Tensor, label_smoothing: float) -> tor
 
 
 def make_scaler(device: torch.device, precision: Precision) -> torch.amp.GradScaler:
-    """The GradScaler for `precision`, enabled in every precision.
+    """The GradScaler for `precision`, enabled in every precision (one checkpoint layout).
 
-    fp16 needs loss scaling. In bf16 and fp32 the scale stays at 1 (`update` pins it),
-    which changes no bit of the gradients, and the scaler still does its other job:
-    an update whose gradients hold inf/NaN is skipped on the device (the fused optimizer
-    reads the scaler's found-inf flag), weights and optimizer state untouched, no sync.
+    fp16 needs loss scaling. In bf16 and fp32 the scale stays at 1, which changes no bit of
+    the gradients, and `update` leaves the scaler out of the optimizer step
+    (`clipped_step` does its other job, skipping non-finite updates, itself).
     """
     return torch.amp.GradScaler(device.type, init_scale=2.0**16 if precision == "fp16" else 1.0)
 
@@ -89,11 +88,39 @@ def update(
                 loss = token_loss(out, batch.tgt_out, label_smoothing)
             scaler.scale(loss / normaliser).backward()
         loss_sum += loss.detach()
-    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-    grad_norm = nn.utils.clip_grad_norm_(
-        model.parameters(), clip_norm if clip_norm is not None else math.inf
-    )
-    scaler.step(optimizer)  # skipped on the device when the gradients hold inf/NaN
-    scaler.update(None if precision == "fp16" else 1.0)
+    if precision == "fp16":
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        grad_norm = nn.utils.clip_grad_norm_(
+            model.parameters(), clip_norm if clip_norm is not None else math.inf
+        )
+        scaler.step(optimizer)  # skipped on the device when the gradients hold inf/NaN
+        scaler.update()
+    else:
+        grad_norm = clipped_step(model, optimizer, clip_norm)
     optimizer.zero_grad(set_to_none=True)
     return loss_sum, grad_norm
+
+
+def clipped_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, clip_norm: float | None
+) -> torch.Tensor:
+    """The optimizer step with the gradients clipped to `clip_norm` (None: not clipped),
+    skipped when they hold inf/NaN; the gradient norm (a device tensor) comes back.
+
+    Why not `clip_grad_norm_` and `GradScaler.step`: clipping multiplies every gradient in
+    place, and the scaler's inf check (its unscale) is another pass over all of them; with
+    12 M parameters the two passes took 2.1 of 9.7 ms (2 cores). The fused optimizers
+    (`nmt.optim`) take both as arguments of their own pass, the protocol GradScaler uses
+    with them: they divide each gradient by `grad_scale` and skip the update where
+    `found_inf` is 1, weights, moments and step count untouched, on the device (no sync).
+    The clip factor is clip_grad_norm_'s, min(1, clip / (norm + 1e-6)), as a divisor."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = nn.utils.get_total_norm(grads)  # () float32; inf/NaN when any gradient holds one
+    divisor = None if clip_norm is None else ((norm + 1e-6) / clip_norm).clamp(min=1.0)
+    optimizer.grad_scale = divisor  # type: ignore[attr-defined]
+    optimizer.found_inf = (~torch.isfinite(norm)).float()  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:  # as GradScaler.step does: the attributes hold for this step only
+        del optimizer.grad_scale, optimizer.found_inf  # type: ignore[attr-defined]
+    return norm

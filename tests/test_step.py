@@ -14,8 +14,10 @@ from train_setup import (  # noqa: F401 (clean_env: autouse here)
 )
 
 from nmt.batching import collate
+from nmt.config import config_from_dict
 from nmt.model import Output
-from nmt.step import make_scaler, token_loss
+from nmt.optim import build_optimizer
+from nmt.step import clipped_step, make_scaler, token_loss
 
 
 def test_accumulation_gives_the_update_of_one_large_batch():
@@ -100,3 +102,29 @@ def test_the_loss_over_target_rows_equals_the_loss_over_all_positions():
     torch.testing.assert_close(cut, full)
     for a, b in zip(cut_grads, full_grads, strict=True):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("clip", [1e-3, 1e3, None])
+def test_clipping_inside_the_fused_step_equals_clip_grad_norm_then_step(clip):
+    """`clipped_step` hands the clip factor to the fused optimizer as its divisor: the same
+    weights and norm as clip_grad_norm_ followed by a plain step (clipping on or off)."""
+    _, model, rows, tgts = tiny_model_and_batches()
+    batch = collate(rows, tgts, [0, 1, 2, 3])
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    results = []
+    for ours in (False, True):
+        model.load_state_dict(state)
+        model.zero_grad(set_to_none=True)
+        optimizer = build_optimizer(config_from_dict({}).train, model.parameters())
+        token_loss(model(batch.src, batch.src_lens, batch.tgt_in), batch.tgt_out, 0.0).backward()
+        if ours:
+            norm = clipped_step(model, optimizer, clip)
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip or math.inf)
+            optimizer.step()
+        results.append((norm, {k: v.clone() for k, v in model.state_dict().items()}))
+    (ref_norm, ref), (norm, after) = results
+    torch.testing.assert_close(norm, ref_norm)
+    assert not all(torch.equal(v, state[k]) for k, v in after.items())  # it stepped
+    for k, v in after.items():
+        torch.testing.assert_close(v, ref[k], rtol=1e-6, atol=1e-7)
