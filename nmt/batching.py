@@ -28,10 +28,6 @@ class Batch:
     tgt_out: Tensor  # (B, T) int64, target ids + [EOS], padded; (B, 0) without targets
     index: Tensor  # (B,) int64 on CPU: the row number (as given) of each row, in batch order
     n_tgt_tokens: int  # non-pad target tokens
-    # (N,) int64: where the N non-pad targets sit in tgt_out flattened (B·T), counted on the
-    # host at collate time: the model computes logits for these rows only, and a device
-    # never has to count them (a data-dependent size would make the host wait for it)
-    tgt_rows: Tensor
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """The same batch on `device`; `src_lens` and `index` (host bookkeeping) stay on the
@@ -47,7 +43,6 @@ class Batch:
             src=move(self.src),
             tgt_in=move(self.tgt_in),
             tgt_out=move(self.tgt_out),
-            tgt_rows=move(self.tgt_rows),
         )
 
 
@@ -69,18 +64,18 @@ def collate(
     src_lens = torch.tensor([len(r) for r in src], dtype=torch.long)
     if rows_tgt is None:
         tgt_in = tgt_out = torch.zeros((len(src), 0), dtype=torch.long)
+        n_tgt = 0
     else:
         tgt_in = _pad([[BOS_ID, *r] for r in rows_tgt])
         tgt_out = _pad([[*r, EOS_ID] for r in rows_tgt])
-    tgt_rows = (tgt_out.flatten() != PAD_ID).nonzero().squeeze(1)  # (N,) on the host
+        n_tgt = sum(len(r) + 1 for r in rows_tgt)
     return Batch(
         src=_pad(src),
         src_lens=src_lens,
         tgt_in=tgt_in,
         tgt_out=tgt_out,
         index=torch.tensor(list(index), dtype=torch.long),
-        n_tgt_tokens=len(tgt_rows),
-        tgt_rows=tgt_rows,
+        n_tgt_tokens=n_tgt,
     )
 
 

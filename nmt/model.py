@@ -199,8 +199,6 @@ class Output:
     src: Tensor  # (B, S) the source ids
     gate: Tensor | None = None  # (B, T) float32 logit of g (generate); None: no copy attention
     heads: Tensor | None = None  # (B, H, T, S) each head's weights, when asked for
-    # (N,) the flat (B·T) positions the logits are of, (N, V); None: all of them, (B, T, V)
-    rows: Tensor | None = None
 
     @property
     def copied(self) -> Tensor | None:
@@ -293,22 +291,10 @@ class Seq2Seq(nn.Module):
         gate = self.copy_gate(pre, weighted_sum(weights, enc.states), emb)  # (B,)
         return mixture_log_probs(logits, gate, weights, enc.src), state, weights
 
-    def forward(
-        self,
-        src: Tensor,
-        src_lens: Tensor,
-        tgt_in: Tensor,
-        heads: bool = False,
-        rows: Tensor | None = None,
-    ) -> Output:
+    def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, heads: bool = False) -> Output:
         """Teacher forcing: src (B, S) int64, src_lens (B,) int64 CPU, tgt_in (B, T) int64
         starting with BOS -> logits (B, T, V), attention (B, T, S), copy gate (B, T), and
-        with heads=True each attention head's weights (B, H, T, S).
-
-        rows (N,) int64, the flat (B·T) positions of the real targets (`Batch.tgt_rows`):
-        logits (N, V) of those positions only, the output layer and the loss never run on
-        padding (5 % of a Multi30k batch's positions). Copy attention's loss mixes over
-        (B, T, S) and takes all positions (`rows` is ignored there)."""
+        with heads=True each attention head's weights (B, H, T, S)."""
         enc = self.encode(src, src_lens)
         emb = self.dropout(self.tgt_embed(tgt_in))  # (B, T, E)
         pre, weights = self.decoder(
@@ -320,10 +306,8 @@ class Seq2Seq(nn.Module):
         gate = None
         if self.copy_gate is not None:  # the mixture itself is formed by the loss
             gate = self.copy_gate(pre, weighted_sum(weights, enc.states), emb)  # (B, T)
-        if gate is not None or rows is None:
-            return Output(self.generator(pre), weights, src, gate=gate, heads=per_head)
-        logits = self.generator(pre.flatten(0, 1).index_select(0, rows))  # (N, V)
-        return Output(logits, weights, src, heads=per_head, rows=rows)
+        logits = self.generator(pre)
+        return Output(logits=logits, attention=weights, src=src, gate=gate, heads=per_head)
 
 
 def _embedding(vocab_size: int, size: int, pad_id: int) -> nn.Embedding:

@@ -26,16 +26,13 @@ def token_loss(out: Output, target: torch.Tensor, label_smoothing: float) -> tor
     """Summed cross entropy over the non-pad target tokens, computed in fp32: of the
     vocabulary distribution, or with copy attention of the mixture (`nmt.copy.copy_loss`).
 
-    out: the model's teacher-forced output (logits (B, T, V) in any dtype, or (N, V) at
-    `out.rows`); target (B, T) -> scalar (sum, not mean: the caller divides by the tokens of
-    the whole update so accumulation equals one large batch).
+    out: the model's teacher-forced output (logits (B, T, V) in any dtype); target (B, T) ->
+    scalar (sum, not mean: the caller divides by the tokens of the whole update so
+    accumulation equals one large batch).
     """
     if out.gate is not None:
         return copy_loss(out.logits, out.gate, out.attention, out.src, target, label_smoothing)
-    logits, target = out.logits.flatten(0, -2), target.flatten()  # (B·T or N, V), (B·T,)
-    if out.rows is not None:  # logits of the real targets only
-        target = target.index_select(0, out.rows)  # (N,)
-    return cross_entropy(logits, target, label_smoothing)
+    return cross_entropy(out.logits.flatten(0, 1), target.flatten(), label_smoothing)
 
 
 def make_scaler(device: torch.device, precision: Precision) -> torch.amp.GradScaler:
@@ -84,7 +81,7 @@ def update(
         sync = nullcontext() if last or no_sync is None else no_sync()
         with sync:
             with autocast(device, precision):
-                out = model(batch.src, batch.src_lens, batch.tgt_in, rows=batch.tgt_rows)
+                out = model(batch.src, batch.src_lens, batch.tgt_in)
                 loss = token_loss(out, batch.tgt_out, label_smoothing)
             scaler.scale(loss / normaliser).backward()
         loss_sum += loss.detach()

@@ -45,7 +45,7 @@ def validate(
             [split.src_ids[r] for r in rows], [split.tgt_ids[r] for r in rows], rows
         ).to(device)
         with autocast(device, precision):
-            out = model(batch.src, batch.src_lens, batch.tgt_in, rows=batch.tgt_rows)
+            out = model(batch.src, batch.src_lens, batch.tgt_in)
             loss += token_loss(out, batch.tgt_out, 0.0)
             result = decode(model, batch.src, batch.src_lens, cfg.decode, beam=1)
         tokens += batch.n_tgt_tokens

@@ -83,27 +83,6 @@ def test_token_loss_ignores_padding():
     torch.testing.assert_close(full, manual)
 
 
-def test_the_loss_over_target_rows_equals_the_loss_over_all_positions():
-    """`Batch.tgt_rows`: the output layer runs on the real targets only, same loss and
-    gradients as logits over every (B, T) position with padding ignored."""
-    _, model, rows, tgts = tiny_model_and_batches()
-    batch = collate(rows, tgts, [0, 1, 2, 3])
-    assert batch.tgt_rows.tolist() == (batch.tgt_out.flatten() != 0).nonzero().squeeze(1).tolist()
-    assert len(batch.tgt_rows) == batch.n_tgt_tokens < batch.tgt_out.numel()  # padding left out
-    results = []
-    for rows_arg in (None, batch.tgt_rows):
-        model.zero_grad()
-        out = model(batch.src, batch.src_lens, batch.tgt_in, rows=rows_arg)
-        loss = token_loss(out, batch.tgt_out, 0.1)
-        loss.backward()
-        results.append((out.logits.shape, loss, [p.grad.clone() for p in model.parameters()]))
-    (full_shape, full, full_grads), (cut_shape, cut, cut_grads) = results
-    assert cut_shape == (batch.n_tgt_tokens, full_shape[-1])
-    torch.testing.assert_close(cut, full)
-    for a, b in zip(cut_grads, full_grads, strict=True):
-        torch.testing.assert_close(a, b)
-
-
 @pytest.mark.parametrize("clip", [1e-3, 1e3, None])
 def test_clipping_inside_the_fused_step_equals_clip_grad_norm_then_step(clip):
     """`clipped_step` hands the clip factor to the fused optimizer as its divisor: the same

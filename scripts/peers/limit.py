@@ -114,7 +114,7 @@ def step_products(
     tgt = torch.randint(4, vocab, (b, tgt_len), generator=g).tolist()
     batch = collate(src, tgt, range(b))
     with _Record() as record:
-        out = model(batch.src, batch.src_lens, batch.tgt_in, rows=batch.tgt_rows)
+        out = model(batch.src, batch.src_lens, batch.tgt_in)
         token_loss(out, batch.tgt_out, cfg.train.label_smoothing).backward()
     return record.seen, batch.n_tgt_tokens
 
