@@ -41,6 +41,7 @@ from nmt.model import build_model  # noqa: E402
 from nmt.step import token_loss  # noqa: E402
 
 _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}
+ROUNDS = 3  # timings of each product, the fastest kept (`limit`)
 # CPU features that decide a product's speed, as lscpu/proc name them.
 _FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 
@@ -167,9 +168,17 @@ def limit(
     """The limit of `cfg`'s model in `precision` (fp32 or bf16) on this machine's CPU."""
     seen, tokens = step_products(cfg, vocab=vocab, src_len=src_len, tgt_len=tgt_len)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    # Each product is timed in ROUNDS rounds over all of them and keeps its fastest: a slow
+    # spell of a shared machine then spoils one round of a product, not the limit. With one
+    # round, three back-to-back measurements of the bf16 limit gave 825, 958 and 895 GFLOP/s.
+    best: dict[Product, tuple[float, str]] = {}
+    for _ in range(ROUNDS):
+        for p in seen:
+            timed = time_product(p, dtype)
+            best[p] = min(best.get(p, timed), timed)
     by_library: collections.Counter[str] = collections.Counter()
     for p, count in seen.items():
-        t, library = time_product(p, dtype)
+        t, library = best[p]
         by_library[library] += count * t
     seconds = sum(by_library.values())
     flops = sum(count * p.flops for p, count in seen.items())
