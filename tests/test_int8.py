@@ -21,7 +21,9 @@ TOLERANCE = 5.0
 @pytest.mark.parametrize("run", ["tiny_run", "tiny_heads_run"])
 def test_int8_decoding_stays_within_the_tolerance_of_float32(run, request):
     tiny = request.getfixturevalue(run)
-    sentences, refs = tiny.train_src[:24], tiny.train_tgt[:24]
+    # all of its training sentences: at a tiny model's BLEU (about 5), 24 of them moved by
+    # 6 points with a handful of changed choices (48: 0.4), which the test is not about
+    sentences, refs = tiny.train_src, tiny.train_tgt
     full = Translator.from_checkpoint(tiny.run_dir)
     int8 = Translator.from_checkpoint(tiny.run_dir, int8=True)
     for beam in (1, 3):
