@@ -21,6 +21,7 @@ from peers.common import (
     Result,
     Shared,
     ensure_venv,
+    previous_result,
     repeated,
     scores,
     train_peer,
@@ -35,7 +36,7 @@ STEP = re.compile(r"Step:\s+(\d+),.*?Tokens per Sec:\s+([\d.]+)")
 def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Result]:
     if "joeynmt" not in only:
         return []
-    print("training Joey NMT ...", flush=True)
+    print(f"{'decoding' if args.redecode else 'training'} Joey NMT ...", flush=True)
     python = ensure_venv(
         args.work / "venv-joey",
         [
@@ -44,14 +45,17 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
         ],
     )
     home = args.work / "joey-run"
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     config = _config(args, shared.spm_model, home)
     cfg_path = home / "config.yaml"
-    cfg_path.write_text(json.dumps(config, indent=1))  # JSON is YAML
-    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    cmd = [str(python), "-m", "joeynmt", "train", str(cfg_path)]
-    result = train_peer(NAME, "joeynmt", cmd, STEP, env, args)
+    if args.redecode:  # the previous run's model, decoded again
+        result = previous_result(args, NAME)
+    else:
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        cfg_path.write_text(json.dumps(config, indent=1))  # JSON is YAML
+        cmd = [str(python), "-m", "joeynmt", "train", str(cfg_path)]
+        result = train_peer(NAME, "joeynmt", cmd, STEP, env, args)
     checkpoints = sorted((home / "model").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not checkpoints:
         result.note = "no checkpoint written: nothing decoded"

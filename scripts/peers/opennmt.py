@@ -53,7 +53,7 @@ TRANSLATION_TIME = re.compile(r"Total translation time \(s\): ([\d.]+)")
 def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Result]:
     if "opennmt-py" not in only:
         return []
-    print("training OpenNMT-py ...", flush=True)
+    print(f"{'decoding' if args.again else 'training'} OpenNMT-py ...", flush=True)
     bin_dir = _install(args)
     home = args.work / "onmt-run"
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
