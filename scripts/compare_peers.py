@@ -30,6 +30,8 @@ window, the median of the windows after the first (which holds start-up). Each r
 gives its share of the machine's own limit for the model (`peers/limit.py`: the tokens/s
 its matrix products alone would allow, at the model's shapes, in the row's precision,
 measured first in the same run), with the CPU's model and flags in the output and JSON.
+On a GPU, nmt's rows train there and are measured against the GPU's own limit in their
+precision ("cuda fp16"); the peers still train on the CPU, against its fp32 limit.
 Peak memory is the training process's peak resident set (`wait4`). Decoding times are the
 toolkits' own translation time (model loading excluded) and the whole command's, each a
 fresh process as a user runs it; `--decode-repeats N` runs each command N times and reports
@@ -70,7 +72,7 @@ from peers.common import (  # noqa: E402
     previous_run,
     sh,
 )
-from peers.limit import Limit, cpu_flags, cpu_name, limit  # noqa: E402
+from peers.limit import Limit, cpu_flags, cpu_name, limit, limit_key  # noqa: E402
 
 from nmt.config import load_config  # noqa: E402
 from nmt.display import save_figure  # noqa: E402
@@ -97,8 +99,9 @@ def table(results: list[Result], base: Result | None, limits: dict[str, Limit]) 
             r.name,
             f"{r.tokens_per_s:,.0f}" + ratio(r.tokens_per_s, base and base.tokens_per_s),
         ]
-        lim = limits.get(r.precision)
-        cells.append(f"{r.tokens_per_s / lim.tokens_per_s:.0%} of {r.precision}" if lim else "-")
+        key = limit_key(r.precision, r.device)
+        lim = limits.get(key)
+        cells.append(f"{r.tokens_per_s / lim.tokens_per_s:.0%} of {key}" if lim else "-")
         cells += [f"{r.peak_rss_gb:.2f}", str(r.steps)]
         for label in ("greedy", "beam5"):
             d = r.decode.get(label)
@@ -115,18 +118,24 @@ def table(results: list[Result], base: Result | None, limits: dict[str, Limit]) 
     return "\n".join(lines)
 
 
-def machine_limits(args: argparse.Namespace) -> dict[str, Limit]:
-    """The nmt config's matrix-product limit in fp32, and bf16 where the CPU has bf16 units
-    (`peers/limit.py`), measured first, on an idle machine. The peers train the same model
-    in fp32, so their rows are measured against the fp32 limit."""
+def machine_limits(args: argparse.Namespace, only: set[str]) -> dict[str, Limit]:
+    """The nmt config's matrix-product limits (`peers/limit.py`), measured first, on an idle
+    machine: on the CPU in fp32, and bf16 where the CPU has bf16 units (the peers train the
+    same model in fp32 on the CPU, so their rows are measured against the CPU's fp32 limit);
+    on a GPU, where nmt's rows train, in each precision asked for (`--only nmt-fp16` ...)."""
     cfg = load_config(args.nmt_config, [f"data.dir={args.data}", *args.nmt_set])
-    precisions = ["fp32"] + (["bf16"] if cpu_has_bf16_matmul() else [])
+    gpu_here = torch.cuda.is_available()
+    cpu = ["fp32"] + (["bf16"] if cpu_has_bf16_matmul() and not gpu_here else [])
+    wanted = [(torch.device("cpu"), p) for p in cpu]
+    if gpu_here:
+        gpu = [p for p in ("fp32", "bf16", "fp16") if f"nmt-{p}" in only]
+        wanted += [(torch.device("cuda"), p) for p in gpu]
     out = {}
-    for precision in precisions:
-        out[precision] = limit(cfg, precision, vocab=cfg.tokenizer.vocab_size)
-        lim = out[precision]
+    for device, precision in wanted:
+        key = limit_key(precision, device.type)
+        lim = out[key] = limit(cfg, precision, vocab=cfg.tokenizer.vocab_size, device=device)
         print(
-            f"limit {precision}: {lim.gflops:,.0f} GFLOP/s at the model's shapes x "
+            f"limit {key}: {lim.gflops:,.0f} GFLOP/s at the model's shapes x "
             f"{lim.mflop_per_token:.1f} MFLOP a target token = {lim.tokens_per_s:,.0f} tok/s "
             f"(time by library: {lim.library})"
         )
@@ -143,14 +152,19 @@ def previous_limits(out: Path, flag: str) -> dict[str, Limit]:
     return limits
 
 
-def missing(results: list[Result]) -> list[str]:
-    """Why a row's decoding cells are empty: never silently."""
-    return [
-        f"{r.name}: no {label} decoding ({r.note or 'no reason recorded'})"
-        for r in results
-        for label, _ in DECODINGS
-        if label not in r.decode
-    ]
+def missing(results: list[Result], limits: dict[str, Limit]) -> list[str]:
+    """Why a row's cells are empty (its decodings, its share of a limit): never silently."""
+    lines = []
+    for r in results:
+        key = limit_key(r.precision, r.device)
+        if key not in limits:
+            lines.append(f"{r.name}: no % of limit (no {key} limit was measured in this run)")
+        lines += [
+            f"{r.name}: no {label} decoding ({r.note or 'no reason recorded'})"
+            for label, _ in DECODINGS
+            if label not in r.decode
+        ]
+    return lines
 
 
 def plot(results: list[Result], path: Path, minutes: float) -> None:
@@ -301,11 +315,13 @@ def main() -> None:
     threads = torch.get_num_threads()
     flags = cpu_flags()
     budget = f"{args.updates} updates" if args.updates else f"{args.minutes} min"
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     print(
         f"{cpu_name()}; flags: {' '.join(flags) or 'unknown'}; {threads} threads, torch "
         f"{torch.__version__}, {budget} each, seed {args.seed}; work in {args.work}"
+        + (f"; GPU: {gpu} (nmt's rows train there, the peers on the CPU)" if gpu else "")
     )
-    limits = previous_limits(args.out, args.again) if args.again else machine_limits(args)
+    limits = previous_limits(args.out, args.again) if args.again else machine_limits(args, only)
     shared = _shared_pieces(args)
     results = [r for adapter in ADAPTERS for r in adapter.run_all(args, shared, only)]
     base = next((r for r in results if r.name == opennmt.NAME), None)
@@ -315,7 +331,7 @@ def main() -> None:
         results += [Result(**r) for r in kept if r["name"] not in {x.name for x in results}]
     print()
     print(table(results, base, limits))
-    for line in missing(results):
+    for line in missing(results, limits):
         print(line)
     for r in results:
         for label, d in r.decode.items():
@@ -331,6 +347,7 @@ def main() -> None:
                 "torch": torch.__version__,
                 "cpu": cpu_name(),
                 "cpu_flags": flags,
+                "gpu": gpu,
                 "limits": {p: asdict(lim) for p, lim in limits.items()},
                 "minutes": args.minutes,
                 "updates": args.updates,

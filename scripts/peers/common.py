@@ -42,6 +42,7 @@ class Result:
     started: float = 0.0  # time.time() when its training command started
     curve: list[dict[str, float]] = field(default_factory=list)  # minutes, step, val_bleu
     precision: str = "fp32"  # what its matrix products run in: the limit it is measured against
+    device: str = "cpu"  # where it trained ("cuda": nmt's rows on a GPU; the peers train on CPUs)
 
 
 @dataclass(frozen=True)

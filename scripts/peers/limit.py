@@ -15,6 +15,11 @@ overhead, so a run's tokens/s divided by the limit is the share of the step the 
 units are busy: the figure issue 25 asks for, next to each row's ratio to a peer.
 
     .venv/bin/python scripts/peers/limit.py configs/reference_rnn.yaml --precision fp32 bf16
+
+On a GPU (`--device cuda`) the same products are timed there in fp32 (TF32, as nmt trains),
+bf16 and fp16, each timing a run of several products closed by a device synchronisation
+(one product alone would time the launch). The shapes are the CPU step's: the fused CPU
+loops and cuDNN's RNNs do the same arithmetic, in products of the same sizes or larger.
 """
 
 from __future__ import annotations
@@ -38,10 +43,13 @@ from nmt import onednn  # noqa: E402
 from nmt.batching import collate  # noqa: E402
 from nmt.config import Config, load_config  # noqa: E402
 from nmt.model import build_model  # noqa: E402
+from nmt.runtime import configure_device  # noqa: E402
 from nmt.step import token_loss  # noqa: E402
 
 _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}
 ROUNDS = 3  # timings of each product, the fastest kept (`limit`)
+REPEATS = 20  # on a GPU, products a timing queues before it waits for them
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # CPU features that decide a product's speed, as lscpu/proc name them.
 _FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 
@@ -120,33 +128,44 @@ def step_products(
     return record.seen, batch.n_tgt_tokens
 
 
-def time_product(p: Product, dtype: torch.dtype) -> tuple[float, str]:
-    """Median seconds of one such product with `dtype` operands, and the library that ran it
-    faster: a 2-D product through torch's `mm` and through oneDNN, a batched one through
-    torch's `bmm`."""
+def time_product(p: Product, dtype: torch.dtype, device: torch.device) -> tuple[float, str]:
+    """Median seconds of one such product with `dtype` operands on `device`, and the library
+    that ran it faster: on a CPU a 2-D product through torch's `mm` and through oneDNN, a
+    batched one through torch's `bmm`; on a GPU torch's (cuBLAS)."""
     shape_a = (p.m, p.k) if p.op == "mm" else (p.b, p.m, p.k)
     shape_b = (p.k, p.n) if p.op == "mm" else (p.b, p.k, p.n)
-    a, b = torch.randn(shape_a).to(dtype), torch.randn(shape_b).to(dtype)
+    a = torch.randn(shape_a).to(device=device, dtype=dtype)
+    b = torch.randn(shape_b).to(device=device, dtype=dtype)
     if p.op != "mm":
         return _median_seconds(torch.bmm, a, b), "torch"
     timed = [(_median_seconds(torch.mm, a, b), "torch")]
-    if onednn.enabled:
+    if onednn.enabled and device.type == "cpu":
         w = b.t().contiguous()  # (N, K), as a layer's weight is stored
         timed.append((_median_seconds(lambda x, _: onednn.pointwise(x, w), a, b), "oneDNN"))
     return min(timed)
 
 
 def _median_seconds(product: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> float:
-    """Median seconds of `product(a, b)` over about 0.15 s (after a warm-up)."""
-    seconds = 0.15
-    for _ in range(3):
-        product(a, b)
-    times: list[float] = []
-    budget = time.perf_counter() + seconds
-    while len(times) < 5 or (time.perf_counter() < budget and len(times) < 200):
+    """Median seconds of `product(a, b)` over about 0.15 s (after a warm-up). On a GPU each
+    timing is REPEATS products closed by a synchronisation: the products are queued, and
+    only the wait for the last one says when they are done."""
+    gpu = a.device.type == "cuda"
+    repeats = REPEATS if gpu else 1
+
+    def timed() -> float:
         start = time.perf_counter()
-        product(a, b)
-        times.append(time.perf_counter() - start)
+        for _ in range(repeats):
+            product(a, b)
+        if gpu:
+            torch.cuda.synchronize(a.device)
+        return (time.perf_counter() - start) / repeats
+
+    for _ in range(3):
+        timed()
+    times: list[float] = []
+    budget = time.perf_counter() + 0.15
+    while len(times) < 5 or (time.perf_counter() < budget and len(times) < 200):
+        times.append(timed())
     return statistics.median(times)
 
 
@@ -160,21 +179,38 @@ class Limit:
     # which library ran the step's products faster, by share of their time ("": a run
     # from before session 18, when torch's own products alone were timed)
     library: str = ""
+    device: str = "cpu"  # where the products were timed ("cuda": the GPU nmt trains on)
+
+
+def limit_key(precision: str, device: str = "cpu") -> str:
+    """The name a limit goes by in compare_peers' table and JSON: its precision on the CPU
+    ("fp32", "bf16", as every run before GPUs named them), "cuda fp16" and the like on a GPU."""
+    return precision if device == "cpu" else f"{device} {precision}"
 
 
 def limit(
-    cfg: Config, precision: str, *, vocab: int, src_len: int = 16, tgt_len: int = 16
+    cfg: Config,
+    precision: str,
+    *,
+    vocab: int,
+    src_len: int = 16,
+    tgt_len: int = 16,
+    device: torch.device = torch.device("cpu"),
 ) -> Limit:
-    """The limit of `cfg`'s model in `precision` (fp32 or bf16) on this machine's CPU."""
+    """The limit of `cfg`'s model in `precision` (fp32, bf16; fp16 on a GPU) on `device`."""
+    if device.type == "cpu" and precision == "fp16":
+        raise ValueError("fp16 is for GPUs: nmt trains in fp32 or bf16 on a CPU")
     seen, tokens = step_products(cfg, vocab=vocab, src_len=src_len, tgt_len=tgt_len)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    dtype = DTYPES[precision]
+    if device.type == "cuda":
+        configure_device(device)  # TF32 for fp32 products, as nmt's training has it
     # Each product is timed in ROUNDS rounds over all of them and keeps its fastest: a slow
     # spell of a shared machine then spoils one round of a product, not the limit. With one
     # round, three back-to-back measurements of the bf16 limit gave 825, 958 and 895 GFLOP/s.
     best: dict[Product, tuple[float, str]] = {}
     for _ in range(ROUNDS):
         for p in seen:
-            timed = time_product(p, dtype)
+            timed = time_product(p, dtype, device)
             best[p] = min(best.get(p, timed), timed)
     by_library: collections.Counter[str] = collections.Counter()
     for p, count in seen.items():
@@ -189,24 +225,36 @@ def limit(
         mflop_per_token=flops / tokens / 1e6,
         products=sum(seen.values()),
         library=", ".join(f"{n} {t / seconds:.0%}" for n, t in by_library.most_common()),
+        device=device.type,
     )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("config", type=Path)
-    ap.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "bf16"])
+    ap.add_argument("--precision", nargs="+", default=["fp32"], choices=list(DTYPES))
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--vocab", type=int, help="default: the config's tokenizer.vocab_size")
     ap.add_argument("--src-len", type=int, default=16)
     ap.add_argument("--tgt-len", type=int, default=16)
     args = ap.parse_args()
     cfg = load_config(args.config)
     vocab = args.vocab or cfg.tokenizer.vocab_size
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: torch sees no GPU on this machine")
+    if device.type == "cpu" and "fp16" in args.precision:
+        sys.exit("--precision fp16: fp16 is for GPUs (--device cuda)")
     print(f"{cpu_name()}; flags: {' '.join(cpu_flags())}; {torch.get_num_threads()} threads")
+    if device.type == "cuda":
+        print(f"GPU: {torch.cuda.get_device_name(device)}")
     for precision in args.precision:
-        lim = limit(cfg, precision, vocab=vocab, src_len=args.src_len, tgt_len=args.tgt_len)
+        lim = limit(
+            cfg, precision, vocab=vocab, src_len=args.src_len, tgt_len=args.tgt_len, device=device
+        )
         print(
-            f"{args.config} {precision}: {lim.gflops:,.0f} GFLOP/s at the model's shapes, "
+            f"{args.config} {limit_key(precision, device.type)}: {lim.gflops:,.0f} GFLOP/s at "
+            "the model's shapes, "
             f"{lim.mflop_per_token:.1f} MFLOP a target token: a limit of "
             f"{lim.tokens_per_s:,.0f} target tokens/s ({lim.products} products a step; "
             f"time by library: {lim.library})"

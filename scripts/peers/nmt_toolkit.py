@@ -104,6 +104,7 @@ def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path
         steps,
         curve=curve,
         precision=precision,
+        device="cuda" if torch.cuda.is_available() else "cpu",  # where `device: auto` trains
     )
 
 

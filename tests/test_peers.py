@@ -1,0 +1,109 @@
+"""scripts/compare_peers.py's own logic, without training anything: the machine's limit
+(`peers/limit.py`) on the device each row trained on, and a table whose empty cells are
+always said why."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from train_setup import ROOT, tiny
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import compare_peers  # noqa: E402
+from peers import limit as limit_mod  # noqa: E402
+from peers.common import DECODINGS, Result  # noqa: E402
+from peers.limit import Limit, limit, limit_key, step_products  # noqa: E402
+
+
+@pytest.fixture
+def one_round(monkeypatch):
+    """The limit's timing in one round: the figures are not under test, only what they are
+    made of."""
+    monkeypatch.setattr(limit_mod, "ROUNDS", 1)
+
+
+def test_limit_key_keeps_cpu_names_and_names_gpu_ones():
+    # runs written before GPUs were handled keyed their limits "fp32" and "bf16"
+    assert limit_key("fp32") == "fp32" and limit_key("bf16", "cpu") == "bf16"
+    assert limit_key("fp16", "cuda") == "cuda fp16"
+
+
+def test_step_products_cover_the_output_layer(tmp_path):
+    cfg = tiny(tmp_path)
+    vocab = 37
+    seen, tokens = step_products(cfg, vocab=vocab, src_len=5, tgt_len=4)
+    b = cfg.train.batch_size
+    assert tokens == b * 5  # 4 pieces and EOS a sentence
+    # the output layer's forward: every target position against the whole vocabulary
+    assert any(p.n == vocab and p.m == b * 5 for p in seen), seen
+
+
+def test_limit_on_the_cpu(tmp_path, one_round):
+    cfg = tiny(tmp_path)
+    lim = limit(cfg, "fp32", vocab=37, src_len=5, tgt_len=4)
+    assert lim.device == "cpu" and lim.precision == "fp32"
+    assert lim.tokens_per_s > 0 and lim.gflops > 0 and lim.products > 0
+    # the FLOPs a token times the tokens a second are the rate
+    assert lim.gflops * 1e3 == pytest.approx(lim.mflop_per_token * lim.tokens_per_s)
+
+
+def test_fp16_limit_is_refused_on_a_cpu(tmp_path):
+    with pytest.raises(ValueError, match="fp16 is for GPUs"):
+        limit(tiny(tmp_path), "fp16", vocab=37)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (none on this machine)")
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_limit_on_the_gpu(tmp_path, one_round, precision):
+    cfg = tiny(tmp_path)
+    lim = limit(cfg, precision, vocab=37, src_len=5, tgt_len=4, device=torch.device("cuda"))
+    assert lim.device == "cuda" and lim.tokens_per_s > 0
+
+
+def _limit(precision: str, device: str = "cpu", tokens_per_s: float = 10_000.0) -> Limit:
+    return Limit(precision, tokens_per_s, 500.0, 50.0, 100, "torch 100%", device)
+
+
+def _decoded(seconds: float, bleu: float) -> dict[str, dict]:
+    return {label: {"seconds": seconds * beam, "bleu": bleu} for label, beam in DECODINGS}
+
+
+def test_table_fills_every_cell_it_can_and_says_why_for_the_others():
+    onmt = Result("OpenNMT-py 3.5.1", 2_000.0, peak_rss_gb=3.0, steps=1000)
+    onmt.decode = _decoded(4.0, 45.0)
+    fp32 = Result("nmt fp32", 6_000.0, peak_rss_gb=2.5, steps=1000, precision="fp32")
+    fp32.decode = _decoded(1.0, 45.5)
+    # a GPU row whose limit was not measured, and a row that decoded nothing
+    fp16 = Result("nmt fp16", 50_000.0, steps=1000, precision="fp16", device="cuda")
+    fp16.decode = _decoded(0.5, 45.1)
+    broken = Result("nmt bf16", 9_000.0, steps=1000, precision="bf16", note="it crashed")
+    limits = {"fp32": _limit("fp32"), "bf16": _limit("bf16", tokens_per_s=18_000.0)}
+    rows = compare_peers.table([onmt, fp32, fp16, broken], onmt, limits).splitlines()[2:]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    assert cells[0][1:3] == ["2,000 (1.00x)", "20% of fp32"]
+    assert cells[1][1:3] == ["6,000 (3.00x)", "60% of fp32"]
+    assert cells[1][5:] == ["1.0 (4.00x)", "45.5", "5.0 (4.00x)", "45.5"]
+    assert cells[2][2] == "-" and cells[3][5:] == ["-"] * 4
+    assert all(cell for row in cells for cell in row)
+    said = compare_peers.missing([onmt, fp32, fp16, broken], limits)
+    assert said == [
+        "nmt fp16: no % of limit (no cuda fp16 limit was measured in this run)",
+        "nmt bf16: no greedy decoding (it crashed)",
+        "nmt bf16: no beam5 decoding (it crashed)",
+    ]
+    with_gpu = {**limits, "cuda fp16": _limit("fp16", "cuda", 100_000.0)}
+    assert "50% of cuda fp16" in compare_peers.table([fp16], None, with_gpu)
+    assert compare_peers.missing([onmt, fp32, fp16], with_gpu) == []
+
+
+def test_previous_limits_read_runs_written_before_gpus(tmp_path):
+    """A run's JSON from before the device field (results/*.json) still gives its limits."""
+    old = {"fp32": {"precision": "fp32", "tokens_per_s": 9554.0, "gflops": 453.0}}
+    old["fp32"] |= {"mflop_per_token": 47.4, "products": 230, "library": "oneDNN 90%"}
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps({"limits": old, "results": []}))
+    limits = compare_peers.previous_limits(out, "--redecode")
+    assert limits["fp32"].device == "cpu" and limits["fp32"].tokens_per_s == 9554.0
