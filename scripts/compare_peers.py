@@ -333,6 +333,11 @@ def main() -> None:
     print(table(results, base, limits))
     for line in missing(results, limits):
         print(line)
+    if base is None and any(r.name == opennmt.NAME for r in results):
+        print(
+            f"no ratios: {opennmt.NAME}'s row is the previous run's, decoded then; "
+            "add opennmt-py to --only to decode it again beside the others"
+        )
     for r in results:
         for label, d in r.decode.items():
             print(f"{r.name} {label}: test BLEU {d['bleu']:.1f}, wmt-mmt {d['bleu_wmt_mmt']:.1f}")
