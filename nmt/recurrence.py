@@ -232,7 +232,15 @@ class _Run:
 
         Luong: h̃ (B, T, H), weights (B, T, S). Bahdanau: s (B, T, H), contexts (B, T, Dv),
         weights (B, T, S).
+
+        Autocast is off inside: the weight products cast to `cdt` themselves (`_mm`), and
+        autocast would otherwise run the attention's float32 products (vᵀσ, the context's
+        `bmm`) in bf16, casting a (B, S, ·) tensor every step and rounding the scores.
         """
+        with torch.autocast(self.keys.device.type, enabled=False):
+            return self._forward(gi_emb, h0, keep=keep)
+
+    def _forward(self, gi_emb: Tensor, h0: Tensor, *, keep: bool) -> tuple[Tensor, ...]:
         gi_emb, h = gi_emb.float(), h0.float()
         feed = h.new_zeros(h.shape)  # (B, H) Luong's h̃_0
         outs, contexts, weights = [], [], []

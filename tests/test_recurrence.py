@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 import torch
 from test_model import PAD, SCORERS, batch, make_model
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from nmt import recurrence
 from nmt.model import Seq2Seq
 from nmt.runtime import autocast
 from nmt.step import token_loss
@@ -85,6 +87,42 @@ def test_the_fused_loop_under_bf16_autocast_stays_near_fp32(decoder: str) -> Non
     for name, want in want_grads.items():
         scale = want.abs().max().clamp(min=1e-3)
         assert (got_grads[name] - want).abs().max() <= 0.05 * scale, name
+
+
+class _Bf16Ops(TorchDispatchMode):
+    """The operators that give bf16 results, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16:
+            self.names.add(func.overloadpacket.__name__)
+        return out
+
+
+@pytest.mark.parametrize("attention", SCORERS)
+def test_under_bf16_autocast_the_loop_runs_only_its_weight_products_in_bf16(
+    attention: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop's attention products (vᵀσ, the scores, the context) stay float32 under bf16
+    autocast: autocast would run them in bf16, casting a (B, S, ·) tensor every step."""
+    seen = _Bf16Ops()
+    loop_forward = recurrence._Run.forward
+
+    def recorded(*args: Any, **kw: Any) -> Any:
+        with seen:
+            return loop_forward(*args, **kw)
+
+    monkeypatch.setattr(recurrence._Run, "forward", recorded)
+    model = make_model(decoder="luong", input_feeding=True, attention=attention, dropout=0.0)
+    model.train().decoder.fused = True
+    src, lens, tgt = batch(SHAPES)
+    with autocast(torch.device("cpu"), "bf16"):  # type: ignore[arg-type]
+        model(src, lens, tgt)
+    assert seen.names and seen.names <= {"mm", "addmm", "t", "_to_copy"}, seen.names
 
 
 def test_without_gradients_the_fused_loop_gives_the_same_outputs() -> None:
