@@ -29,10 +29,14 @@ def token_loss(out: Output, target: torch.Tensor, label_smoothing: float) -> tor
     out: the model's teacher-forced output (logits (B, T, V) in any dtype); target (B, T) ->
     scalar (sum, not mean: the caller divides by the tokens of the whole update so
     accumulation equals one large batch).
+
+    Autocast is off inside: the caller runs it under autocast with the model, and autocast
+    would run the copy mixture's float32 `bmm` (the copy mass) in bf16 or fp16.
     """
-    if out.gate is not None:
-        return copy_loss(out.logits, out.gate, out.attention, out.src, target, label_smoothing)
-    return cross_entropy(out.logits.flatten(0, 1), target.flatten(), label_smoothing)
+    with torch.autocast(out.logits.device.type, enabled=False):
+        if out.gate is not None:
+            return copy_loss(out.logits, out.gate, out.attention, out.src, target, label_smoothing)
+        return cross_entropy(out.logits.flatten(0, 1), target.flatten(), label_smoothing)
 
 
 def make_scaler(device: torch.device, precision: Precision) -> torch.amp.GradScaler:

@@ -16,7 +16,9 @@ from test_search import BEAM, random_batch, tiny_model
 from nmt.config import config_from_dict
 from nmt.copy import copy_loss, mixture_log_probs
 from nmt.errors import NmtError
+from nmt.model import Output
 from nmt.search import beam_search
+from nmt.step import token_loss
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -67,6 +69,20 @@ def test_the_sparse_loss_equals_cross_entropy_of_the_whole_mixture(smoothing):
     torch.testing.assert_close(got, want)
     for a, b in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("copy", [True, False])
+def test_the_loss_is_float32_under_the_models_autocast(copy, smoothing):
+    """`token_loss` runs inside the update's autocast: its float32 arithmetic (the copy
+    mass's `bmm` among it) must not become bf16."""
+    logits, gate, attention, src, target = _random_mixture_inputs()
+    out = Output(logits, attention, src, gate if copy else None)
+    want = token_loss(out, target, smoothing)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = token_loss(out, target, smoothing)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_a_piece_the_vocabulary_rules_out_is_copied_when_attention_and_gate_say_so():
