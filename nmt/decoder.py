@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from nmt import onednn
 from nmt.attention import Attention
 from nmt.recurrence import decoder_loop, scorer_of
+from nmt.runtime import autocast_off
 
 RNNS: dict[str, type[nn.GRU] | type[nn.LSTM]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -109,7 +110,7 @@ def run_rnn(rnn: nn.GRU | nn.LSTM, x: Any, hx: RNNState | None) -> tuple[Any, RN
     if not rnn_outside_autocast(x.data.device.type, torch.is_autocast_enabled("cuda")):
         return rnn(x, hx)
     dtype = x.data.dtype
-    with torch.autocast("cuda", enabled=False):
+    with autocast_off("cuda"):
         if isinstance(hx, tuple):
             hx = (hx[0].float(), hx[1].float())
         elif hx is not None:

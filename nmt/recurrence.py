@@ -50,7 +50,7 @@ from nmt.attention import (
 )
 from nmt.gru_cell import gru_gates, gru_gates_back, sigmoid_backward, tanh_backward
 from nmt.local_attention import centres_monotonic, window_mask
-from nmt.runtime import autocast_dtype
+from nmt.runtime import autocast_dtype, autocast_off
 
 
 @dataclass
@@ -237,7 +237,7 @@ class _Run:
         autocast would otherwise run the attention's float32 products (vᵀσ, the context's
         `bmm`) in bf16, casting a (B, S, ·) tensor every step and rounding the scores.
         """
-        with torch.autocast(self.keys.device.type, enabled=False):
+        with autocast_off(self.keys.device.type):
             return self._forward(gi_emb, h0, keep=keep)
 
     def _forward(self, gi_emb: Tensor, h0: Tensor, *, keep: bool) -> tuple[Tensor, ...]:

@@ -23,7 +23,7 @@ from nmt.config import DEVICES, is_device_name
 from nmt.errors import NmtError
 
 Precision = Literal["fp32", "bf16", "fp16"]
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def resolve_device(
@@ -111,7 +111,7 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
     """Mixed-precision context for the forward pass and loss (a no-op in fp32)."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    cast = torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+    cast = torch.autocast(device_type=device.type, dtype=DTYPES[precision])
     if device.type == "cpu" and not cpu_has_bf16_matmul():
         # Without AVX512-BF16/AMX, oneDNN has no bf16 LSTM kernel and fails ("could not
         # create a primitive descriptor"); ATen's own kernels run it instead.
@@ -120,6 +120,13 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
         stack.enter_context(cast)
         return stack
     return cast
+
+
+def autocast_off(device_type: str) -> contextlib.AbstractContextManager:
+    """Autocast off on `device_type`, for code that runs inside the update's autocast but
+    keeps its own precision (casting its products itself, or float32 throughout): autocast
+    would turn its float32 `bmm` and `@` into half-precision ones."""
+    return torch.autocast(device_type, enabled=False)
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:

@@ -19,7 +19,7 @@ from nmt.batching import Batch
 from nmt.copy import copy_loss
 from nmt.loss import cross_entropy
 from nmt.model import Output
-from nmt.runtime import Precision, autocast
+from nmt.runtime import Precision, autocast, autocast_off
 
 
 def token_loss(out: Output, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
@@ -33,7 +33,7 @@ def token_loss(out: Output, target: torch.Tensor, label_smoothing: float) -> tor
     Autocast is off inside: the caller runs it under autocast with the model, and autocast
     would run the copy mixture's float32 `bmm` (the copy mass) in bf16 or fp16.
     """
-    with torch.autocast(out.logits.device.type, enabled=False):
+    with autocast_off(out.logits.device.type):
         if out.gate is not None:
             return copy_loss(out.logits, out.gate, out.attention, out.src, target, label_smoothing)
         return cross_entropy(out.logits.flatten(0, 1), target.flatten(), label_smoothing)

@@ -43,13 +43,12 @@ from nmt import onednn  # noqa: E402
 from nmt.batching import collate  # noqa: E402
 from nmt.config import Config, load_config  # noqa: E402
 from nmt.model import build_model  # noqa: E402
-from nmt.runtime import configure_device  # noqa: E402
+from nmt.runtime import DTYPES, configure_device  # noqa: E402
 from nmt.step import token_loss  # noqa: E402
 
 _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}
 ROUNDS = 3  # timings of each product, the fastest kept (`limit`)
 REPEATS = 20  # on a GPU, products a timing queues before it waits for them
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # CPU features that decide a product's speed, as lscpu/proc name them.
 _FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 
