@@ -324,6 +324,8 @@ def main() -> None:
     limits = previous_limits(args.out, args.again) if args.again else machine_limits(args, only)
     shared = _shared_pieces(args)
     results = [r for adapter in ADAPTERS for r in adapter.run_all(args, shared, only)]
+    if not results:
+        sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
     base = next((r for r in results if r.name == opennmt.NAME), None)
 
     if args.again:  # the rows not run again, as the previous run left them

@@ -4,7 +4,9 @@ always said why."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import subprocess
 import sys
 
 import pytest
@@ -14,6 +16,7 @@ from train_setup import ROOT, tiny
 sys.path.insert(0, str(ROOT / "scripts"))
 import compare_peers  # noqa: E402
 from peers import limit as limit_mod  # noqa: E402
+from peers import nmt_toolkit  # noqa: E402
 from peers.common import DECODINGS, Result  # noqa: E402
 from peers.limit import Limit, limit, limit_key, step_products  # noqa: E402
 
@@ -107,3 +110,29 @@ def test_previous_limits_read_runs_written_before_gpus(tmp_path):
     out.write_text(json.dumps({"limits": old, "results": []}))
     limits = compare_peers.previous_limits(out, "--redecode")
     assert limits["fp32"].device == "cpu" and limits["fp32"].tokens_per_s == 9554.0
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["configs/nope.yaml"], "error: configs/nope.yaml: file not found"),
+        (["README.md"], "error: README.md: line 3"),
+        (["configs/tiny.yaml", "--vocab", "4"], "--vocab: '4': expected a whole number >= 5"),
+        (["configs/tiny.yaml", "--src-len", "0"], "--src-len: '0': expected a whole number"),
+        (["configs/tiny.yaml", "--precision", "fp16"], "fp16 is for GPUs"),
+    ],
+)
+def test_limit_cli_refuses_bad_input_in_one_line(args, says):
+    if "fp16" in args and torch.cuda.is_available():
+        pytest.skip("fp16 is refused on CPU-only machines only")
+    proc = subprocess.run(
+        [sys.executable, "scripts/peers/limit.py", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert says in proc.stderr.strip().splitlines()[-1], proc.stderr  # argparse's usage first
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs fp16")
+def test_an_fp16_row_on_a_cpu_is_skipped_with_a_word(capsys):
+    assert nmt_toolkit.run_all(argparse.Namespace(), None, {"nmt-fp16"}) == []  # type: ignore[arg-type]
+    assert "nmt fp16: skipped: fp16 is for GPUs" in capsys.readouterr().out

@@ -38,10 +38,14 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: argtypes
+
+from argtypes import whole  # noqa: E402
 
 from nmt import onednn  # noqa: E402
 from nmt.batching import collate  # noqa: E402
 from nmt.config import Config, load_config  # noqa: E402
+from nmt.errors import NmtError  # noqa: E402
 from nmt.model import build_model  # noqa: E402
 from nmt.runtime import DTYPES, configure_device  # noqa: E402
 from nmt.step import token_loss  # noqa: E402
@@ -233,11 +237,15 @@ def main() -> None:
     ap.add_argument("config", type=Path)
     ap.add_argument("--precision", nargs="+", default=["fp32"], choices=list(DTYPES))
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--vocab", type=int, help="default: the config's tokenizer.vocab_size")
-    ap.add_argument("--src-len", type=int, default=16)
-    ap.add_argument("--tgt-len", type=int, default=16)
+    # ids 4 and up are pieces (0-3: pad, unk, bos, eos), so a vocabulary has at least one
+    ap.add_argument("--vocab", type=whole(5), help="default: the config's tokenizer.vocab_size")
+    ap.add_argument("--src-len", type=whole(1), default=16)
+    ap.add_argument("--tgt-len", type=whole(1), default=16)
     args = ap.parse_args()
-    cfg = load_config(args.config)
+    try:
+        cfg = load_config(args.config)
+    except (NmtError, OSError) as e:  # one line, no traceback
+        raise SystemExit(f"error: {e}") from None
     vocab = args.vocab or cfg.tokenizer.vocab_size
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

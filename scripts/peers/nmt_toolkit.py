@@ -38,9 +38,12 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
     """Each precision asked for (`--only`) that this machine runs, trained then decoded."""
     results = []
     gpu = torch.cuda.is_available()  # nmt trains and decodes there (device auto)
-    for precision in ("fp32", "bf16", "fp16") if gpu else ("fp32", "bf16"):
+    for precision in ("fp32", "bf16", "fp16"):
         name = f"nmt-{precision}"
         if name not in only:
+            continue
+        if precision == "fp16" and not gpu:
+            print("nmt fp16: skipped: fp16 is for GPUs, and torch sees none on this machine")
             continue
         if precision == "bf16" and not gpu and not cpu_has_bf16_matmul():
             print(
