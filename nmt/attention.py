@@ -24,6 +24,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from nmt import onednn
 from nmt.local_attention import LocalScope
 
 
@@ -164,7 +165,7 @@ class DotAttention(Attention):
         )
 
     def project_keys(self, keys: Tensor) -> Tensor:
-        return keys if self.key_proj is None else self.key_proj(keys)  # (B, S, Dq)
+        return keys if self.key_proj is None else onednn.layer(self.key_proj, keys)  # (B, S, Dq)
 
     def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         return torch.bmm(query, proj_keys.transpose(1, 2))  # (B, T, S)
@@ -194,7 +195,7 @@ class BilinearAttention(Attention):
         self.key_proj = nn.Linear(key_size, query_size, bias=False)
 
     def project_keys(self, keys: Tensor) -> Tensor:
-        return self.key_proj(keys)  # (B, S, Dq)
+        return onednn.layer(self.key_proj, keys)  # (B, S, Dq)
 
     def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         return torch.bmm(query, proj_keys.transpose(1, 2))  # (B, T, S)
@@ -214,10 +215,10 @@ class ConcatAttention(Attention):
         self.v = nn.Linear(hidden_size, 1, bias=False)
 
     def project_keys(self, keys: Tensor) -> Tensor:
-        return self.key_proj(keys)  # (B, S, A)
+        return onednn.layer(self.key_proj, keys)  # (B, S, A)
 
     def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
-        q = self.query_proj(query)  # (B, T, A)
+        q = onednn.layer(self.query_proj, query)  # (B, T, A)
         hidden, sigmoid = additive_hidden(q.unsqueeze(2), proj_keys.unsqueeze(1))  # (B, T, S, A)
         scores = self.v(hidden).squeeze(-1)  # (B, T, S)
         if not sigmoid:

@@ -216,7 +216,7 @@ class BahdanauDecoder(nn.Module):
 
     def _pre_output(self, s: Tensor, context: Tensor, emb: Tensor) -> Tensor:
         """(B, [T,] Hd), (B, [T,] 2He), (B, [T,] E) -> (B, [T,] Hd)."""
-        return torch.tanh(self.pre_output(torch.cat([s, context, emb], dim=-1)))
+        return torch.tanh(onednn.layer(self.pre_output, torch.cat([s, context, emb], dim=-1)))
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: Encoded
@@ -293,7 +293,7 @@ class LuongDecoder(nn.Module):
         """s (B, [T,] Hd) at target positions first, first + 1, ... -> h̃ (B, [T,] Hd),
         attention (B, [H,] [T,] S)."""
         context, weights = self.attention(s, enc.keys, enc.states, enc.mask, first, heads)
-        out = self.combine(torch.cat([context, s], dim=-1))  # (B, [T,] Hd)
+        out = onednn.layer(self.combine, torch.cat([context, s], dim=-1))  # (B, [T,] Hd)
         return (out if self.linear_output else torch.tanh(out)), weights
 
     def _step_core(

@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from nmt import onednn
+
 SCOPES = ("global", "local_m", "local_p")
 
 
@@ -68,7 +70,8 @@ class LocalScope(nn.Module):
         """p_t for each query: query (B, T, Dq), lengths (B,) -> (B, T) float32."""
         if self.w_p is None or self.v_p is None:
             return centres_monotonic(lengths, first, query.size(1))
-        share = torch.sigmoid(self.v_p(torch.tanh(self.w_p(query)))).squeeze(-1)  # (B, T)
+        u = torch.tanh(onednn.layer(self.w_p, query))  # (B, T, Dq)
+        share = torch.sigmoid(self.v_p(u)).squeeze(-1)  # (B, T)
         return share.float() * (lengths - 1).clamp(min=0).float().unsqueeze(1)  # (B, T)
 
     def forward(self, query: Tensor, mask: Tensor, first: int) -> tuple[Tensor | None, Tensor]:

@@ -130,10 +130,10 @@ class Bridge(nn.Module):
         if self.hidden is None:  # copy
             c = None if final_cell is None else self._layers(final_cell)
             return self._layers(final), c  # (Ld, B, Hd)
-        h = torch.tanh(self.hidden(self._layers(final)))  # (Ld, B, Hd)
+        h = torch.tanh(onednn.layer(self.hidden, self._layers(final)))  # (Ld, B, Hd)
         if self.cell is None or final_cell is None:
             return h, None
-        return h, torch.tanh(self.cell(self._layers(final_cell)))  # (Ld, B, Hd)
+        return h, torch.tanh(onednn.layer(self.cell, self._layers(final_cell)))  # (Ld, B, Hd)
 
     def _layers(self, final: Tensor) -> Tensor:
         return final if self.layerwise else final[-1:].expand(self.dec_layers, -1, -1)
@@ -163,7 +163,7 @@ class Generator(nn.Module):
         (B, [T,] L), in the order of `vocab.columns`. An int8 model's are float32."""
         x = self.dropout(x)
         if self.proj is not None:
-            x = self.proj(x)  # (B, [T,] E)
+            x = onednn.layer(self.proj, x)  # (B, [T,] E)
         if vocab is not None:
             return _product(x, vocab.weight, vocab.bias)  # (B, [T,] L)
         weight = self.out.weight if self.out_int8 is None else self.out_int8

@@ -32,6 +32,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from nmt import onednn
 from nmt.attention import Attention, additive_hidden, from_sigmoid
 from nmt.config import heads_problems
 
@@ -69,7 +70,9 @@ class MultiHeadAttention(Attention):
 
     def project_keys(self, keys: Tensor) -> Tensor:
         """keys (B, S, Dk) -> [W_k h; W_v h] (B, S, K + Dv), once per sentence."""
-        return torch.cat([self.key_proj(keys), self.value_proj(keys)], dim=-1)
+        return torch.cat(
+            [onednn.layer(self.key_proj, keys), onednn.layer(self.value_proj, keys)], dim=-1
+        )
 
     def _split(self, x: Tensor) -> Tensor:
         """(B, N, H·d) -> (B, H, N, d)."""
@@ -78,7 +81,9 @@ class MultiHeadAttention(Attention):
     def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         """query (B, T, Dq), proj_keys (B, S, K + Dv) -> scores (B, H, T, S)."""
         keys = self._split(proj_keys[..., : self.key_width])  # (B, H, S, K/H)
-        q = query if self.query_proj is None else self.query_proj(query)  # (B, T, Dq or A)
+        q = query
+        if self.query_proj is not None:
+            q = onednn.layer(self.query_proj, query)  # (B, T, Dq or A)
         q = self._split(q)  # (B, H, T, Dq/H or A/H)
         if self.v is None:  # dot, scaled dot, bilinear
             scores = torch.matmul(q, keys.transpose(-1, -2))  # (B, H, T, S)
@@ -94,4 +99,4 @@ class MultiHeadAttention(Attention):
         `proj_keys`)."""
         vals = self._split(proj_keys[..., self.key_width :])  # (B, H, S, Dv/H)
         per_head = torch.matmul(weights.to(vals.dtype), vals)  # (B, H, T, Dv/H)
-        return self.out_proj(per_head.transpose(1, 2).flatten(2))  # (B, T, Dv)
+        return onednn.layer(self.out_proj, per_head.transpose(1, 2).flatten(2))  # (B, T, Dv)

@@ -14,7 +14,8 @@ already go through oneDNN, and a GPU has its own libraries).
 
 `linear` is for code that writes its own backward (`nmt.recurrence`, `nmt.encoder_loop`),
 `weight_grad` for its weight gradients; `linear_layer` is an `nn.Linear`'s forward with its
-two backward products through oneDNN too.
+two backward products through oneDNN too, and `layer(module, x)` is what a model calls in
+place of `module(x)` for its `nn.Linear` layers (int8's quantized ones run themselves).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional as F
 
 _POINTWISE = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
@@ -99,6 +100,18 @@ def linear_layer(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     if not torch.is_grad_enabled():  # decoding: no autograd node a step
         return _leading(x, linear(x.reshape(-1, x.size(-1)), weight.contiguous(), bias))
     return _Linear.apply(x, weight, bias)
+
+
+def layer(module: nn.Module, x: Tensor) -> Tensor:
+    """`module(x)` for a model's Linear layer: a plain `nn.Linear` through `linear_layer`
+    (oneDNN in float32 on the CPU, forward and backward), any other module (int8's quantized
+    Linear, `nmt.int8`) as it runs itself.
+
+    Why not an `nn.Linear` subclass: int8's `quantize_dynamic` converts modules of exactly
+    the type `nn.Linear` and would leave a subclass in float32."""
+    if type(module) is nn.Linear:
+        return linear_layer(x, module.weight, module.bias)
+    return module(x)
 
 
 def _leading(x: Tensor, y: Tensor) -> Tensor:

@@ -1,14 +1,21 @@
 """Float32 products through oneDNN (nmt.onednn) give torch's own products' numbers, forward
 and backward, for every operand layout the loops pass; other layouts, dtypes and autocast
-go to torch's own product."""
+go to torch's own product; the model's Linear layers take them."""
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 import pytest
 import torch
+from test_model import SCORERS, STYLES, batch, make_model
+from torch import nn
 from torch.nn import functional as F
 
 from nmt import onednn
+from nmt.search import greedy
+from nmt.step import token_loss
 
 pytestmark = pytest.mark.skipif(not onednn.enabled, reason="this torch has no oneDNN")
 
@@ -95,3 +102,37 @@ def test_weight_grad_equals_g_transposed_times_x_in_the_weights_layout(out, inp,
     else:  # each operand rounded to bf16 first, float32 sums
         want = g.to(dtype).float().t() @ x.to(dtype).float()
         torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+
+
+LAYER_CASES = [
+    pytest.param({"attention": a, **STYLES[s]}, id=f"{a}-{s}")
+    for a, s in itertools.product(SCORERS, STYLES)
+] + [
+    pytest.param({"attention": "concat", "copy": True}, id="copy"),
+    pytest.param({"attention": "concat", "attention_heads": 2}, id="two-heads"),
+    pytest.param({"attention": "bilinear", "attention_scope": "local_p"}, id="local_p"),
+    pytest.param({"tie_embeddings": True, "bridge": "linear"}, id="tied-bridge"),
+]
+
+
+@pytest.mark.parametrize("keys", LAYER_CASES)
+def test_every_linear_layer_runs_through_onednn_in_training_and_decoding(
+    keys: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A float32 `nn.Linear` called as `module(x)` runs torch's product (MKL, 2.2× slower on
+    AMD CPUs); the model calls `onednn.layer` instead. Layers with one output (vᵀ, the copy
+    gate) are matrix-vector products, left to torch."""
+    called: list[nn.Linear] = []
+    plain = nn.Linear.forward
+
+    def recorded(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        called.append(self)
+        return plain(self, x)
+
+    monkeypatch.setattr(nn.Linear, "forward", recorded)
+    model = make_model(**keys).train()
+    src, lens, tgt = batch([(5, 6), (3, 4)])
+    token_loss(model(src, lens, tgt), torch.roll(tgt, -1, 1), 0.1).backward()
+    greedy(model.eval(), src, lens, max_len_ratio=2.0, max_len_const=2, min_len=0)
+    names = {name for name, m in model.named_modules() if m in called and m.out_features > 1}
+    assert not names, names
