@@ -8,6 +8,13 @@ steps and prints the operators by self CPU time, grouped as in the README's prof
     .venv/bin/python scripts/profile_step.py configs/reference_rnn.yaml \
         --set data.root=../shared/data --precision fp32 [--checkpoint RUN/best.pt]
 
+`--in-place` instead times each matrix product where the step runs it (a dispatch mode,
+perf_counter around the call) against the same product timed alone as
+`scripts/peers/limit.py` times the limit: how much of the distance to the limit is products
+running below their own rate and how much is everything else. CPU only (a GPU product
+returns at its launch). Run it after enough steps that the heap has grown to the batches'
+sizes (`--steps 150`): fresh pages slow the first few hundred steps' products down.
+
 `--count-syncs` instead counts, per update, the calls that make the host wait for a GPU
 (`SyncCounter`: reading a value, a device copy, a data-dependent size), with where they are
 made. On a GPU it counts calls on GPU tensors only; on a CPU there is no device to wait
@@ -28,23 +35,35 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from argtypes import whole
+from peers.limit import Product, product_of, time_product
 from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt import onednn
 from nmt.batching import collate, epoch_rows
 from nmt.checkpoint import load_checkpoint
 from nmt.config import load_config
 from nmt.data import prepare
-from nmt.runtime import configure_device, resolve_device, resolve_precision, seed_everything
+from nmt.runtime import (
+    DTYPES,
+    configure_device,
+    resolve_device,
+    resolve_precision,
+    seed_everything,
+)
 from nmt.step import update
 from nmt.train_state import TrainState
 
 # Operator name -> the row of the README's table it is counted in.
+_PRODUCTS = "matrix products (mm, addmm, bmm, oneDNN's linear)"
 GROUPS = {
-    "aten::mm": "matrix products (mm, addmm, bmm)",
-    "aten::addmm": "matrix products (mm, addmm, bmm)",
-    "aten::bmm": "matrix products (mm, addmm, bmm)",
+    "aten::mm": _PRODUCTS,
+    "aten::addmm": _PRODUCTS,
+    "aten::bmm": _PRODUCTS,
+    "aten::baddbmm": _PRODUCTS,
+    "mkldnn::_linear_pointwise": _PRODUCTS,  # float32 products (nmt.onednn)
     "aten::_log_softmax": "loss (log-softmax / cross entropy, forward + backward)",
     "aten::_log_softmax_backward_data": "loss (log-softmax / cross entropy, forward + backward)",
     "nmt::cross_entropy": "loss (log-softmax / cross entropy, forward + backward)",
@@ -53,6 +72,7 @@ GROUPS = {
     "aten::fill_": "fill_ (zero-fills)",
     "aten::zero_": "fill_ (zero-fills)",
     "aten::copy_": "copy_ (casts, copies)",
+    "aten::_to_copy": "copy_ (casts, copies)",
 }
 
 
@@ -118,9 +138,14 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--checkpoint", type=Path, help="a run's best.pt/last.pt: profile that model")
     ap.add_argument("--precision", default="fp32")
-    ap.add_argument("--steps", type=int, default=30, help="timed steps")
-    ap.add_argument("--profile-steps", type=int, default=3)
-    ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--steps", type=whole(1), default=30, help="timed steps")
+    ap.add_argument("--profile-steps", type=whole(0), default=3)
+    ap.add_argument("--top", type=whole(1), default=15)
+    ap.add_argument(
+        "--in-place",
+        action="store_true",
+        help="products timed in the step against alone, over the --profile-steps batches",
+    )
     ap.add_argument(
         "--count-syncs", action="store_true", help="count host syncs per update, by call site"
     )
@@ -194,6 +219,13 @@ def main() -> None:
         for site, count in counter.sites.most_common():
             print(f"  {count / n:g}  {site}")
         return
+    if args.in_place:
+        if device.type != "cpu":
+            raise SystemExit(
+                "--in-place times products on the CPU (a GPU product returns at launch)"
+            )
+        _in_place(step, batches[3 + args.steps :], precision, args.top)
+        return
     if args.paired:
         switch = _lever(ts.model, args.paired)
         _paired(step, args.paired, switch, batches[3 : 3 + args.steps], precision)
@@ -245,6 +277,59 @@ def _paired(step, name: str, switch, batches: list, precision: str) -> None:
         f"on: {tokens / sum(seconds[True]):,.0f} target tokens/s over {len(batches)} batches; "
         f"speed-up per batch: median {mid:.3f} (quartiles {low:.3f}-{high:.3f})"
     )
+
+
+class _ProductTimer(TorchDispatchMode):
+    """Seconds each matrix product takes where a step runs it, by shape: perf_counter around
+    the call (on a CPU a product returns when it is done)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: defaultdict[Product, float] = defaultdict(float)
+        self.calls: Counter[Product] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        product = product_of(func, args)
+        if product is None:
+            return func(*args, **(kwargs or {}))
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        self.seconds[product] += time.perf_counter() - start
+        self.calls[product] += 1
+        return out
+
+
+def _in_place(step, batches: list, precision: str, top: int) -> None:
+    """The step over `batches` without and then with `_ProductTimer`; each product's time in
+    place against its time alone (`limit.time_product`, the limit's own timing)."""
+    if not batches:
+        raise SystemExit("--in-place: no batches left after the warm-up and --steps; take fewer")
+    plain = 0.0
+    for b in batches:
+        start = time.perf_counter()
+        step(b)
+        plain += time.perf_counter() - start
+    timer = _ProductTimer()
+    with timer:
+        for b in batches:
+            step(b)
+    n, cpu = len(batches), torch.device("cpu")
+    alone = {p: time_product(p, DTYPES[precision], cpu)[0] * c for p, c in timer.calls.items()}
+    placed = sum(timer.seconds.values())
+    print(
+        f"{precision}, {n} step{'s' * (n != 1)}, {plain / n * 1e3:.1f} ms a step: matrix products "
+        f"{placed / n * 1e3:.1f} ms in place ({placed / plain:.0%} of the step), "
+        f"{sum(alone.values()) / n * 1e3:.1f} ms alone; everything else "
+        f"{(plain - placed) / n * 1e3:.1f} ms"
+    )
+    print("| product (b × m × k × n) | calls a step | ms in place | ms alone | GFLOP/s in place |")
+    print("|---|---|---|---|---|")
+    for p in sorted(timer.calls, key=lambda p: -timer.seconds[p])[:top]:
+        calls, seconds = timer.calls[p], timer.seconds[p]
+        print(
+            f"| {p.op} {p.b} × {p.m} × {p.k} × {p.n} | {calls / n:.1f} | {seconds / n * 1e3:.2f} "
+            f"| {alone[p] / n * 1e3:.2f} | {p.flops * calls / seconds / 1e9:.0f} |"
+        )
 
 
 def _profile(step, batches: list, device: torch.device, top: int) -> None:

@@ -18,7 +18,10 @@ import compare_peers  # noqa: E402
 from peers import limit as limit_mod  # noqa: E402
 from peers import nmt_toolkit  # noqa: E402
 from peers.common import DECODINGS, Result  # noqa: E402
-from peers.limit import Limit, limit, limit_key, step_products  # noqa: E402
+from peers.limit import Limit, Product, limit, limit_key, product_of, step_products  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from nmt import onednn  # noqa: E402
 
 
 @pytest.fixture
@@ -42,6 +45,59 @@ def test_step_products_cover_the_output_layer(tmp_path):
     assert tokens == b * 5  # 4 pieces and EOS a sentence
     # the output layer's forward: every target position against the whole vocabulary
     assert any(p.n == vocab and p.m == b * 5 for p in seen), seen
+
+
+class _Products(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[Product | None] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if func.overloadpacket.__name__ not in ("t", "expand", "view", "transpose"):
+            self.seen.append(product_of(func, args))
+        return func(*args, **(kwargs or {}))
+
+
+def test_product_of_reads_m_k_n_of_every_product_op():
+    """The limit and `profile_step.py --in-place` name a product by what it computes:
+    (b batches of) m × k times k × n, whichever ATen op ran it."""
+    a, b, w = torch.randn(3, 4), torch.randn(4, 5), torch.randn(5, 4)
+    ab, bb = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    calls = {
+        "mm": lambda: torch.mm(a, b),
+        "addmm": lambda: torch.addmm(torch.randn(5), a, b),
+        "bmm": lambda: torch.bmm(ab, bb),
+        "baddbmm": lambda: torch.baddbmm(torch.randn(2, 3, 5), ab, bb),
+    }
+    if onednn.enabled:  # x (3, 4) times the weight (5, 4) transposed
+        calls["oneDNN"] = lambda: onednn.pointwise(a, w)
+    for name, call in calls.items():
+        with _Products() as record:
+            call()
+        want = Product("mm", 1, 3, 4, 5) if name in ("mm", "addmm", "oneDNN") else None
+        want = want or Product("bmm", 2, 3, 4, 5)
+        assert [p for p in record.seen if p is not None] == [want], name
+    with _Products() as record:
+        torch.randn(3, 4).sigmoid()
+    assert not any(record.seen)
+
+
+def test_profile_step_in_place_prints_each_product_in_place_and_alone(tmp_path):
+    data = ROOT / "tests" / "data" / "tiny"
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "profile_step.py"),
+        str(ROOT / "configs/tiny.yaml"),
+    ]
+    cmd += ["--set", f"data.dir={data}", "--set", f"run.dir={tmp_path / 'run'}"]
+    done = subprocess.run(
+        [*cmd, "--steps", "1", "--profile-steps", "2", "--in-place", "--top", "2"],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    )  # fmt: skip
+    head, *rows = [line for line in done.stdout.splitlines() if line.strip()]
+    assert "ms in place" in head and "ms alone" in head and "everything else" in head
+    assert rows[0].startswith("| product") and len(rows) == 4  # header, rule, 2 products
+    assert rows[2].startswith("| mm ") or rows[2].startswith("| bmm ")
 
 
 def test_limit_on_the_cpu(tmp_path, one_round):

@@ -93,22 +93,29 @@ class Product:
         return 2 * self.b * self.m * self.k * self.n
 
 
+def product_of(func, args: tuple) -> Product | None:  # noqa: ANN001
+    """The matrix product an ATen call (as a dispatch mode sees it) makes, or None."""
+    name = func.overloadpacket.__name__
+    if name == "_linear_pointwise":  # x (M, K) times weight (N, K) transposed
+        x, w = args[0], args[1]
+        return Product("mm", 1, x.shape[0], x.shape[1], w.shape[0])
+    if name not in _PRODUCTS:
+        return None
+    a, b = (args[1], args[2]) if name in ("addmm", "baddbmm") else (args[0], args[1])
+    if a.dim() == 2:
+        return Product("mm", 1, a.shape[0], a.shape[1], b.shape[1])
+    return Product("bmm", a.shape[0], a.shape[1], a.shape[2], b.shape[2])
+
+
 class _Record(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.seen: collections.Counter[Product] = collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        name = func.overloadpacket.__name__
-        if name == "_linear_pointwise":  # x (M, K) times weight (N, K) transposed
-            x, w = args[0], args[1]
-            self.seen[Product("mm", 1, x.shape[0], x.shape[1], w.shape[0])] += 1
-        elif name in _PRODUCTS:
-            a, b = (args[1], args[2]) if name in ("addmm", "baddbmm") else (args[0], args[1])
-            if a.dim() == 2:
-                self.seen[Product("mm", 1, a.shape[0], a.shape[1], b.shape[1])] += 1
-            else:
-                self.seen[Product("bmm", a.shape[0], a.shape[1], a.shape[2], b.shape[2])] += 1
+        product = product_of(func, args)
+        if product is not None:
+            self.seen[product] += 1
         return func(*args, **(kwargs or {}))
 
 
