@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from nmt import onednn
 from nmt.attention import Attention
+from nmt.encoder_loop import decoder_applies, decoder_gru
 from nmt.recurrence import decoder_loop, scorer_of
 from nmt.runtime import autocast_off
 
@@ -253,7 +254,9 @@ class LuongDecoder(nn.Module):
     batched product (the training fast path); `step` gives the same numbers one step at a time.
     """
 
-    fused = True  # input feeding by nmt.recurrence where it applies; False: step by step
+    # input feeding by nmt.recurrence, without it the GRU by nmt.encoder_loop's `decoder_gru`,
+    # where they apply; False: step by step and nn.GRU
+    fused = True
 
     def __init__(
         self,
@@ -319,7 +322,10 @@ class LuongDecoder(nn.Module):
         """Teacher forcing: emb (B, T, E) -> pre-outputs h̃ (B, T, Hd), attention (B, T, S)
         (heads=True: each head's, (B, H, T, S))."""
         if not self.input_feeding:
-            out, _ = run_rnn(self.rnn, emb, state.rnn_state())  # (B, T, Hd)
+            if self.fused and decoder_applies(self.rnn, emb):  # same numbers, fewer operators
+                out = decoder_gru(self.rnn, emb, state.hidden)  # (B, T, Hd) float32
+            else:
+                out, _ = run_rnn(self.rnn, emb, state.rnn_state())  # (B, T, Hd)
             return self._attend(out, enc, state.t, heads)
         fused = None if heads else fused_loop(self, emb, state, enc)
         if fused is not None:

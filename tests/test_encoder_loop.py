@@ -1,6 +1,7 @@
 """The hand-written encoder (nmt.encoder_loop) gives nn.GRU's numbers over a packed sequence:
 states, final states and every gradient, in float32 and under bf16 autocast; and the model
-takes it exactly where it applies."""
+takes it exactly where it applies. The same for its one-direction use in the Luong decoder
+without input feeding (`decoder_gru`), from a given first state."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from test_model import batch, make_model
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+import nmt.decoder
 import nmt.model
-from nmt.encoder_loop import applies, encoder_loop
+from nmt.encoder_loop import applies, decoder_applies, decoder_gru, encoder_loop
 from nmt.runtime import autocast
+from nmt.step import token_loss
 
 LENGTHS = [
     [7, 7, 5, 3, 3, 1],  # ties, a one-piece row, rows finishing at different steps
@@ -98,15 +101,22 @@ def test_applies_only_where_it_computes_the_same() -> None:
     assert not applies(nn.GRU(5, 4, batch_first=True, bidirectional=True, bias=False), emb, lens)
 
 
-def test_model_takes_it_and_learns_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A whole model's loss and gradients with the encoder's loop and with nn.GRU."""
-    calls = []
+def counting(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
+    """`module.name` replaced by itself counting its calls: the list they are counted in."""
+    calls: list[int] = []
+    fn = getattr(module, name)
 
     def counted(*args):
         calls.append(1)
-        return encoder_loop(*args)
+        return fn(*args)
 
-    monkeypatch.setattr(nmt.model, "encoder_loop", counted)
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_model_takes_it_and_learns_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole model's loss and gradients with the encoder's loop and with nn.GRU."""
+    calls = counting(monkeypatch, nmt.model, "encoder_loop")
     results = []
     for fused in (True, False):
         torch.manual_seed(0)
@@ -125,5 +135,77 @@ def test_model_takes_it_and_learns_the_same(monkeypatch: pytest.MonkeyPatch) -> 
     torch.testing.assert_close(loss_a, loss_b)
     assert grads_a.keys() == grads_b.keys()
     assert any(n.startswith("encoder.") for n in grads_a)
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def run_decoder(fn, rnn: nn.GRU, emb: torch.Tensor, h0: torch.Tensor, precision: str):
+    """States and the gradients of emb, h0 and every weight for a loss weighting each
+    position and row differently."""
+    rnn.zero_grad(set_to_none=True)
+    emb, h0 = emb.clone().requires_grad_(True), h0.clone().requires_grad_(True)
+    with autocast(torch.device("cpu"), precision):  # type: ignore[arg-type]
+        states = fn(rnn, emb, h0)
+    w = torch.randn(states.shape, generator=torch.Generator().manual_seed(3))
+    (states.float() * w).sum().backward()
+    assert emb.grad is not None and h0.grad is not None
+    grads = {n: p.grad.clone() for n, p in rnn.named_parameters()}
+    return [states.detach().float(), emb.grad.float(), h0.grad.float()], grads
+
+
+def gru_states(rnn: nn.GRU, emb: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    return rnn(emb, h0)[0]
+
+
+def test_decoder_gru_gives_nn_grus_numbers_from_a_given_state() -> None:
+    """The Luong decoder without input feeding: one direction, from the bridge's state, whose
+    gradient flows back too."""
+    torch.manual_seed(0)
+    rnn = nn.GRU(5, 4, batch_first=True)
+    emb, h0 = torch.randn(3, 6, 5), torch.randn(1, 3, 4)
+    assert decoder_applies(rnn, emb)
+    got, got_w = run_decoder(decoder_gru, rnn, emb, h0, "fp32")
+    want, want_w = run_decoder(gru_states, rnn, emb, h0, "fp32")
+    assert got_w.keys() == want_w.keys()
+    for a, b in zip([*got, *got_w.values()], [*want, *want_w.values()], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_decoder_gru_applies_only_where_it_computes_the_same() -> None:
+    emb = torch.randn(3, 4, 5)
+    assert decoder_applies(nn.GRU(5, 4, batch_first=True), emb)
+    with torch.no_grad():  # decoding runs a step at a time anyway
+        assert not decoder_applies(nn.GRU(5, 4, batch_first=True), emb)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # nn.GRU's products are oneDNN's there
+        assert not decoder_applies(nn.GRU(5, 4, batch_first=True), emb)
+    assert not decoder_applies(nn.GRU(5, 4, batch_first=True, bidirectional=True), emb)
+    assert not decoder_applies(nn.GRU(5, 4, num_layers=2, batch_first=True), emb)
+    assert not decoder_applies(nn.GRU(5, 4, batch_first=True, bias=False), emb)
+    assert not decoder_applies(nn.LSTM(5, 4, batch_first=True), emb)
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_the_luong_decoder_without_feeding_takes_it_and_learns_the_same(
+    copy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The everyday model's decoder (Luong, no input feeding, a linear bridge, copy
+    attention): logits and every gradient, the bridge's included, with `decoder_gru` and
+    with nn.GRU."""
+    calls = counting(monkeypatch, nmt.decoder, "decoder_gru")
+    results = []
+    for fused in (True, False):
+        model = make_model(
+            attention="bilinear", decoder="luong", input_feeding=False, bridge="linear", copy=copy
+        )
+        model.decoder.fused = fused
+        src, lens, tgt = batch([(5, 6), (3, 4), (7, 2)])
+        out = model(src, lens, tgt)
+        token_loss(out, torch.roll(tgt, -1, 1), 0.1).backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        results.append((out.logits.detach(), grads))
+    assert len(calls) == 1
+    (logits_a, grads_a), (logits_b, grads_b) = results
+    torch.testing.assert_close(logits_a, logits_b)
+    assert grads_a.keys() == grads_b.keys() and any(n.startswith("bridge.") for n in grads_a)
     for name in grads_a:
         torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-6, rtol=1e-5, msg=name)
