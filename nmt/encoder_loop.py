@@ -22,8 +22,8 @@ saved states in float32. tests/test_encoder_loop.py compares it with nn.GRU over
 sequence: states, final states and every gradient, and `decoder_gru` with nn.GRU from an
 initial state, that state's gradient included.
 
-Shape legend: B batch, S source length, E embedding size, H hidden size per direction,
-n_t rows longer than t.
+Shape legend: B batch, S sequence length (the target's for `decoder_gru`), E embedding size,
+H hidden size per direction, D directions (2; 1 for `decoder_gru`), n_t rows longer than t.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def encoder_loop(rnn: nn.GRU, emb: Tensor, lens: Tensor) -> tuple[Tensor, Tensor
 
 
 class _Encode(torch.autograd.Function):
-    """`encoder_loop` with gradients: the forward keeps a `_Run`, the backward consumes it."""
+    """`encoder_loop` and `decoder_gru` with gradients: the forward keeps a `_Run`, the
+    backward consumes it."""
 
     @staticmethod
     def forward(
@@ -155,7 +156,7 @@ class _Run:
         """All directions' products: a (D, N, K) @ b (D, K, M) (+ bias (D, 1, M)) -> (D, N, M)
         float32. In float32, one oneDNN product a direction (`nmt.onednn`: 1.7× faster here
         than one batched product through the BLAS)."""
-        if self.dirs == 1:  # one 2-D product (in bf16 a batch of one is the slower kernel)
+        if self.dirs == 1:  # one 2-D product, through oneDNN in float32, nothing to stack
             b_1 = None if bias is None else bias[0, 0]
             return onednn.product(self.cdt, a[0], b[0].t(), b_1).unsqueeze(0)
         if self.cdt is None and onednn.applies(a, b):
