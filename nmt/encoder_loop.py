@@ -43,14 +43,22 @@ def applies(rnn: nn.Module, emb: Tensor, lens: Tensor) -> TypeGuard[nn.GRU]:
     (not a quantized one) on the CPU, gradients recorded, rows sorted by decreasing length,
     none empty. lens: (B,) int64 on the CPU."""
     return (
+        _loop_gru(rnn, emb)
+        and rnn.bidirectional
+        and bool((lens[:-1] >= lens[1:]).all())
+        and int(lens[-1]) > 0
+    )
+
+
+def _loop_gru(rnn: nn.Module, emb: Tensor) -> TypeGuard[nn.GRU]:
+    """What both uses of the loop need: a 1-layer nn.GRU with biases (not a quantized one),
+    on the CPU, gradients recorded (without them nn.GRU's inference kernels are faster)."""
+    return (
         type(rnn) is nn.GRU
         and rnn.num_layers == 1
-        and rnn.bidirectional
         and rnn.bias
         and emb.device.type == "cpu"
         and torch.is_grad_enabled()
-        and bool((lens[:-1] >= lens[1:]).all())
-        and int(lens[-1]) > 0
     )
 
 
@@ -63,15 +71,7 @@ def decoder_applies(rnn: nn.Module, emb: Tensor) -> TypeGuard[nn.GRU]:
     30.6 against 55.7 ms forward and backward, 2 cores of an AMD EPYC). Under bf16 autocast
     nn.GRU's products already run in oneDNN, and the loop's saving on them goes into its own
     copies (the steps' gradients gathered for the weight products): 23.1 against 22.3 ms."""
-    return (
-        autocast_dtype("cpu") is None
-        and type(rnn) is nn.GRU
-        and rnn.num_layers == 1
-        and not rnn.bidirectional
-        and rnn.bias
-        and emb.device.type == "cpu"
-        and torch.is_grad_enabled()
-    )
+    return _loop_gru(rnn, emb) and not rnn.bidirectional and autocast_dtype("cpu") is None
 
 
 def decoder_gru(rnn: nn.GRU, emb: Tensor, h0: Tensor) -> Tensor:
@@ -140,12 +140,12 @@ class _Run:
         self.size = w_hh[0].size(1)  # H
         # The backward direction reads each row backwards from its last piece: position t
         # of row i is its piece lens_i − 1 − t, so both directions run t = 0 … S−1 on the
-        # same prefix of rows. Padding positions stay where they are.
-        B, S = emb.size(0), emb.size(1)
-        t = torch.arange(S)
-        last = (lens - 1).unsqueeze(1)  # (B, 1)
-        self.flip = torch.where(t < lens.unsqueeze(1), last - t, t)  # (B, S) its own inverse
-        self.row = torch.arange(B).unsqueeze(1)  # (B, 1)
+        # same prefix of rows. Padding positions stay where they are. (One direction: none.)
+        if self.dirs == 2:
+            t = torch.arange(emb.size(1))
+            last = (lens - 1).unsqueeze(1)  # (B, 1)
+            self.flip = torch.where(t < lens.unsqueeze(1), last - t, t)  # (B, S) own inverse
+            self.row = torch.arange(emb.size(0)).unsqueeze(1)  # (B, 1)
         self.saved: list[dict[str, Tensor]] = []
 
     def _c(self, x: Tensor) -> Tensor:
