@@ -46,6 +46,7 @@ from nmt.batching import collate, epoch_rows
 from nmt.checkpoint import load_checkpoint
 from nmt.config import load_config
 from nmt.data import prepare
+from nmt.errors import NmtError
 from nmt.runtime import (
     DTYPES,
     configure_device,
@@ -180,7 +181,12 @@ def main() -> None:
     prepared = prepare(cfg, log=lambda _: None)
     ts = TrainState.build(cfg, prepared.tokenizer, device, precision, None)
     if args.checkpoint:
-        ts.restore(load_checkpoint(args.checkpoint))
+        try:
+            ts.restore(load_checkpoint(args.checkpoint))
+        except (RuntimeError, KeyError) as e:  # load_state_dict: another model's weights
+            first = str(e).splitlines()[0]
+            why = f"error: {args.checkpoint}: not a model of {args.config} ({first})"
+            raise SystemExit(why) from None
     ts.model.decoder.fused = not args.step_by_step
     ts.model.encoder.fused = not args.encoder_gru
     train = prepared.train
@@ -356,4 +362,7 @@ def _profile(step, batches: list, device: torch.device, top: int) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (NmtError, OSError) as e:  # a config, checkpoint or data problem: one line
+        raise SystemExit(f"error: {e}") from None

@@ -100,6 +100,25 @@ def test_profile_step_in_place_prints_each_product_in_place_and_alone(tmp_path):
     assert rows[2].startswith("| mm ") or rows[2].startswith("| bmm ")
 
 
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["configs/nope.yaml"], "error: configs/nope.yaml: file not found"),
+        (["configs/tiny.yaml", "--precision", "fp17"], "error: train.precision 'fp17'"),
+        (["configs/tiny.yaml", "--steps", "0"], "--steps: '0': expected a whole number >= 1"),
+        (["configs/tiny.yaml", "--checkpoint", "nope.pt"], "error: nope.pt: no such checkpoint"),
+    ],
+)
+def test_profile_step_refuses_bad_input_in_one_line(tmp_path, args, says):
+    sets = ["--set", f"data.dir={ROOT / 'tests/data/tiny'}", "--set", f"run.dir={tmp_path}"]
+    proc = subprocess.run(
+        [sys.executable, "scripts/profile_step.py", *args, *sets, "--in-place"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
 def test_limit_on_the_cpu(tmp_path, one_round):
     cfg = tiny(tmp_path)
     lim = limit(cfg, "fp32", vocab=37, src_len=5, tgt_len=4)
