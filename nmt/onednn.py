@@ -8,9 +8,11 @@ float32 arithmetic and float32 rounding errors either way. oneDNN is reached thr
 `torch.ops.mkldnn._linear_pointwise`, the op Inductor's CPU backend emits for linear layers:
 x Wᵀ + b for dense (or transposed) x and W.
 
-`enabled` is the switch (scripts turn it off to compare); `applies` says whether a product
-on these tensors goes through oneDNN: float32 on the CPU with autocast off (bf16 products
-already go through oneDNN, and a GPU has its own libraries).
+`enabled` is the switch: on where MKL would take its generic path (AMD CPUs), off on Intel's
+CPUs, where MKL is the faster of the two in a training step (scripts turn it on or off to
+compare); `applies` says whether a product on these tensors goes through oneDNN: float32 on
+the CPU with autocast off (bf16 products already go through oneDNN, and a GPU has its own
+libraries).
 
 `linear` is for code that writes its own backward (`nmt.recurrence`, `nmt.encoder_loop`),
 `weight_grad` for its weight gradients; `linear_layer` is an `nn.Linear`'s forward with its
@@ -26,8 +28,24 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from nmt.runtime import cpuinfo
+
 _POINTWISE = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
-enabled = _POINTWISE is not None and torch.backends.mkldnn.is_available()
+available = _POINTWISE is not None and torch.backends.mkldnn.is_available()
+
+
+def mkl_on_its_fast_path() -> bool:
+    """Whether torch's float32 products run on MKL's own code for this CPU: MKL is torch's
+    BLAS and the CPU is Intel's. There MKL is as fast as oneDNN alone (the reference model's
+    shapes within 5 % either way on a 2-core Xeon with AMX) and faster in the step: the
+    oneDNN path's transposing copies cost more than they save (`scripts/profile_step.py
+    --paired onednn`, fp32: 0.876× per batch). docs/benchmarks.md, session 24."""
+    return torch.backends.mkl.is_available() and cpuinfo("vendor_id") == "GenuineIntel"
+
+
+# Whether float32 products go through oneDNN: where it exists and MKL would not run this
+# CPU on its fast path (AMD's). Tests and scripts set it to compare or to test the path.
+enabled = available and not mkl_on_its_fast_path()
 
 
 def applies(*tensors: Tensor) -> bool:

@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -67,6 +68,21 @@ def resolve_device(
             "(CUDA_VISIBLE_DEVICES); run at most one process per GPU"
         )
     return torch.device(f"cuda:{local_rank}")
+
+
+@functools.cache
+def cpuinfo(field: str) -> str:
+    """A field of this machine's first CPU in /proc/cpuinfo ("vendor_id", "model name",
+    "flags"), or "" where there is no such file (not Linux) or field."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == field:
+            return value.strip()
+    return ""
 
 
 @functools.cache

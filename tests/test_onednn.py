@@ -17,7 +17,13 @@ from nmt import onednn
 from nmt.search import greedy
 from nmt.step import token_loss
 
-pytestmark = pytest.mark.skipif(not onednn.enabled, reason="this torch has no oneDNN")
+pytestmark = pytest.mark.skipif(not onednn.available, reason="this torch has no oneDNN")
+
+
+@pytest.fixture(autouse=True)
+def through_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The oneDNN path on whichever CPU runs the tests (an Intel CPU has it off by default)."""
+    monkeypatch.setattr(onednn, "enabled", True)
 
 
 def operands() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -57,18 +63,35 @@ def test_linear_layer_gradients_equal_torch() -> None:
         torch.testing.assert_close(ours, theirs)
 
 
-def test_applies_to_float32_cpu_products_outside_autocast_only() -> None:
+def test_applies_to_float32_cpu_products_outside_autocast_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     x = torch.randn(2, 3)
     assert onednn.applies(x, x)
     assert not onednn.applies(x.bfloat16(), x)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not onednn.applies(x, x)
-    before = onednn.enabled
-    try:
-        onednn.enabled = False  # the switch scripts use to compare
-        assert not onednn.applies(x, x)
-    finally:
-        onednn.enabled = before
+    monkeypatch.setattr(onednn, "enabled", False)  # the switch scripts use to compare
+    assert not onednn.applies(x, x)
+
+
+@pytest.mark.parametrize(
+    ("vendor", "mkl", "fast"),
+    [
+        ("GenuineIntel", True, True),
+        ("AuthenticAMD", True, False),
+        ("", True, False),
+        ("GenuineIntel", False, False),
+    ],
+)
+def test_mkl_fast_path_only_on_intel_cpus_with_mkl(
+    monkeypatch: pytest.MonkeyPatch, vendor: str, mkl: bool, fast: bool
+) -> None:
+    """oneDNN is the default where MKL would run its generic code (AMD, unknown CPUs) or is
+    not torch's BLAS; on Intel's CPUs MKL is."""
+    monkeypatch.setattr(onednn, "cpuinfo", lambda field: vendor if field == "vendor_id" else "")
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: mkl)
+    assert onednn.mkl_on_its_fast_path() is fast
 
 
 def test_product_in_autocast_dtype_rounds_its_operands() -> None:

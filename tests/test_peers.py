@@ -69,7 +69,7 @@ def test_product_of_reads_m_k_n_of_every_product_op():
         "bmm": lambda: torch.bmm(ab, bb),
         "baddbmm": lambda: torch.baddbmm(torch.randn(2, 3, 5), ab, bb),
     }
-    if onednn.enabled:  # x (3, 4) times the weight (5, 4) transposed
+    if onednn.available:  # x (3, 4) times the weight (5, 4) transposed
         calls["oneDNN"] = lambda: onednn.pointwise(a, w)
     for name, call in calls.items():
         with _Products() as record:

@@ -47,7 +47,7 @@ from nmt.batching import collate  # noqa: E402
 from nmt.config import Config, load_config  # noqa: E402
 from nmt.errors import NmtError  # noqa: E402
 from nmt.model import build_model  # noqa: E402
-from nmt.runtime import DTYPES, configure_device  # noqa: E402
+from nmt.runtime import DTYPES, configure_device, cpuinfo  # noqa: E402
 from nmt.step import token_loss  # noqa: E402
 
 _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}
@@ -59,23 +59,12 @@ _FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_
 
 def cpu_flags() -> list[str]:
     """The matrix-relevant CPU flags of this machine (Linux /proc/cpuinfo), in a fixed order."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
-    present = set(line.split(":", 1)[-1].split())
+    present = set(cpuinfo("flags").split())
     return [f for f in _FLAGS if f in present]
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+    return cpuinfo("model name") or "unknown CPU"
 
 
 @dataclass(frozen=True)
@@ -149,7 +138,7 @@ def time_product(p: Product, dtype: torch.dtype, device: torch.device) -> tuple[
     if p.op != "mm":
         return _median_seconds(torch.bmm, a, b), "torch"
     timed = [(_median_seconds(torch.mm, a, b), "torch")]
-    if onednn.enabled and device.type == "cpu":
+    if onednn.available and device.type == "cpu":
         w = b.t().contiguous()  # (N, K), as a layer's weight is stored
         timed.append((_median_seconds(lambda x, _: onednn.pointwise(x, w), a, b), "oneDNN"))
     return min(timed)
