@@ -37,9 +37,9 @@ available = _POINTWISE is not None and torch.backends.mkldnn.is_available()
 def mkl_on_its_fast_path() -> bool:
     """Whether torch's float32 products run on MKL's own code for this CPU: MKL is torch's
     BLAS and the CPU is Intel's. There MKL is as fast as oneDNN alone (the reference model's
-    shapes within 5 % either way on a 2-core Xeon with AMX) and faster in the step: the
-    oneDNN path's transposing copies cost more than they save (`scripts/profile_step.py
-    --paired onednn`, fp32: 0.876× per batch). docs/benchmarks.md, session 24."""
+    shapes within 5 % either way on a 2-core Xeon with AMX) and faster in the step: oneDNN
+    ran it at 0.84-0.88× per batch (`scripts/profile_step.py --paired onednn`, fp32, three
+    models; docs/benchmarks.md, session 24)."""
     return torch.backends.mkl.is_available() and cpuinfo("vendor_id") == "GenuineIntel"
 
 
