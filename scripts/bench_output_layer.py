@@ -1,7 +1,9 @@
 """The decoding output layer alone: a batch's shortlisted (L, E) weight times a step's rows,
-in float32 through oneDNN (`nmt.onednn.linear_layer`, what float decoding runs) and as int8
-rows (`nmt.int8.linear`, what `--int8` runs, the input's quantization included), in turn,
-median of `--calls` calls, `--repeats` times.
+in float32 (`nmt.onednn.linear_layer`, what float decoding runs) and as int8 rows
+(`nmt.int8.linear`, what `--int8` runs, the input's quantization included), in turn, median of
+`--calls` calls, `--repeats` times; on a CPU with bf16 matrix units also in bf16 with the
+weight laid out once for oneDNN (`bf16_laid_out`, not a decoding path yet: the lead for AMX
+in docs/benchmarks.md, session 24; the layout's own time is printed once).
 
     .venv/bin/python scripts/bench_output_layer.py [--rows 64,320] [--columns 3456] [--size 512]
 
@@ -18,8 +20,10 @@ from collections.abc import Callable
 
 import torch
 from argtypes import whole, wholes
+from torch import Tensor
 
 from nmt import int8, onednn
+from nmt.runtime import cpu_has_bf16_matmul
 
 
 def median_us(f: Callable[[], object], calls: int) -> float:
@@ -31,6 +35,14 @@ def median_us(f: Callable[[], object], calls: int) -> float:
         f()
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e6
+
+
+def bf16_laid_out(weight: Tensor, bias: Tensor, rows: int) -> Callable[[Tensor], Tensor]:
+    """x (rows, E) float32 -> x Wᵀ + b (rows, L) float32 in bf16, W laid out once for oneDNN's
+    kernels (AMX tiles where the CPU has them) instead of at every product."""
+    laid = torch.ops.mkldnn._reorder_linear_weight(weight.bfloat16(), rows)
+    b = bias.bfloat16()
+    return lambda x: onednn.pointwise(x.bfloat16(), laid, b).float()
 
 
 def main() -> None:
@@ -49,10 +61,19 @@ def main() -> None:
     with torch.inference_mode():
         for m in args.rows:
             x = torch.randn(m, args.size)
+            bf16 = None
+            if onednn.available and cpu_has_bf16_matmul():
+                layout = median_us(lambda m=m: bf16_laid_out(weight, bias, m), 1)
+                bf16 = bf16_laid_out(weight, bias, m)
+                print(f"{m} rows: laying the bf16 weight out: {layout:,.0f} us")
             for _ in range(args.repeats):
                 f32 = median_us(lambda x=x: onednn.linear_layer(x, weight, bias), args.calls)
                 i8 = median_us(lambda x=x: int8.linear(x, rows8, bias), args.calls)
-                print(f"{m} rows: float32 {f32:,.0f} us, int8 rows {i8:,.0f} us, {f32 / i8:.2f}x")
+                line = f"{m} rows: float32 {f32:,.0f} us, int8 rows {i8:,.0f} us, {f32 / i8:.2f}x"
+                if bf16 is not None:
+                    b16 = median_us(lambda x=x, f=bf16: f(x), args.calls)
+                    line += f"; bf16 laid out {b16:,.0f} us, {i8 / b16:.2f}x int8's speed"
+                print(line)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ go to torch's own product; the model's Linear layers take them."""
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import Any
 
 import pytest
@@ -12,8 +13,10 @@ import torch
 from test_model import SCORERS, STYLES, batch, make_model
 from torch import nn
 from torch.nn import functional as F
+from train_setup import ROOT
 
 from nmt import onednn
+from nmt.runtime import cpu_has_bf16_matmul
 from nmt.search import greedy
 from nmt.step import token_loss
 
@@ -159,3 +162,23 @@ def test_every_linear_layer_runs_through_onednn_in_training_and_decoding(
     greedy(model.eval(), src, lens, max_len_ratio=2.0, max_len_const=2, min_len=0)
     names = {name for name, m in model.named_modules() if m in called and m.out_features > 1}
     assert not names, names
+
+
+@pytest.mark.skipif(not cpu_has_bf16_matmul(), reason="no bf16 matrix units on this CPU")
+def test_bf16_laid_out_benchmarks_compute_the_float_layers() -> None:
+    """scripts/bench_gru_step.py and bench_output_layer.py time bf16 products through weights
+    laid out once: they must compute the GRU step and the output layer they stand for."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_gru_step
+    import bench_output_layer
+
+    torch.manual_seed(0)
+    gru = nn.GRU(12, 8, batch_first=True).eval()
+    x, h = torch.randn(5, 1, 12), torch.randn(1, 5, 8)
+    with torch.inference_mode():
+        want = gru(x, h)[1][0]  # (5, 8)
+        got = bench_gru_step.bf16_laid_out(gru, 5)(x[:, 0], h[0])
+        torch.testing.assert_close(got, want, atol=0.03, rtol=0.03)
+        w, b, xo = torch.randn(16, 12), torch.randn(16), torch.randn(5, 12)
+        got = bench_output_layer.bf16_laid_out(w, b, 5)(xo)
+        torch.testing.assert_close(got, F.linear(xo, w, b), atol=0.1, rtol=0.03)
