@@ -17,9 +17,9 @@ import argparse
 import warnings
 from collections.abc import Callable
 
+import bench_output_layer
 import torch
 from argtypes import whole, wholes
-from bench_output_layer import median_us
 from torch import Tensor, nn
 
 from nmt import onednn
@@ -29,17 +29,11 @@ from nmt.runtime import cpu_has_bf16_matmul
 
 def bf16_laid_out(gru: nn.GRU, rows: int) -> Callable[[Tensor, Tensor], Tensor]:
     """x (rows, in), h (rows, H) float32 -> the GRU's new h (rows, H) float32: the two
-    products in bf16 with their weights laid out once, the gates in float32."""
-    lay = torch.ops.mkldnn._reorder_linear_weight
-    w_ih, w_hh = (lay(w.detach().bfloat16(), rows) for w in (gru.weight_ih_l0, gru.weight_hh_l0))
-    b_ih, b_hh = gru.bias_ih_l0.detach().bfloat16(), gru.bias_hh_l0.detach().bfloat16()
-
-    def step(x: Tensor, h: Tensor) -> Tensor:
-        gi = onednn.pointwise(x.bfloat16(), w_ih, b_ih).float()  # (rows, 3H)
-        gh = onednn.pointwise(h.bfloat16(), w_hh, b_hh).float()  # (rows, 3H)
-        return gru_gates(gi, gh, h, {})  # (rows, H)
-
-    return step
+    products as the output layer's benchmark runs its own (bf16, weights laid out once),
+    the gates in float32."""
+    ih = bench_output_layer.bf16_laid_out(gru.weight_ih_l0.detach(), gru.bias_ih_l0.detach(), rows)
+    hh = bench_output_layer.bf16_laid_out(gru.weight_hh_l0.detach(), gru.bias_hh_l0.detach(), rows)
+    return lambda x, h: gru_gates(ih(x), hh(h), h, {})  # (rows, 3H) twice -> (rows, H)
 
 
 def main() -> None:
@@ -72,7 +66,7 @@ def main() -> None:
             want = variants["float32 nn.GRU"]()
             for name, f in variants.items():
                 err = (f() - want).abs().max().item()
-                times = [median_us(f, args.calls) for _ in range(args.repeats)]
+                times = [bench_output_layer.median_us(f, args.calls) for _ in range(args.repeats)]
                 shown = ", ".join(f"{t:,.0f}" for t in times)
                 print(f"{m} rows: {name}: {shown} us; largest difference from float32 {err:.2g}")
 
