@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,6 +164,21 @@ def test_beam_finds_the_best_that_greedy_misses():
     assert b.tokens == [B_]
     assert b.finished
     assert b.logprob == pytest.approx(math.log(0.4 * 0.9))
+
+
+def test_greedy_takes_the_first_of_equal_bests(monkeypatch):
+    """An exact tie between two words goes to the lower id, at every position of the row
+    (a vectorised maximum may scan a row in chunks: the tie sits in different ones)."""
+    wide = 40  # columns: the tie between ids 4 and 37 spans a vector register or more
+    probs = torch.full((wide, wide), 0.0)
+    probs[:, EOS_ID] = 1.0
+    probs[BOS_ID] = 0.0
+    probs[BOS_ID, [A, wide - 3]] = 0.5
+    tables = probs.log().unsqueeze(0)
+    monkeypatch.setattr(sys.modules[__name__], "TABLES", tables)
+    (g,) = run_greedy([0], [3]).best
+    assert g.tokens == [A]
+    assert g.score == pytest.approx(math.log(0.5))
 
 
 def test_nbest_is_ordered_by_score_and_scores_are_the_sequence_logprobs():
