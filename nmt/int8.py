@@ -87,21 +87,27 @@ def linear(x: Tensor, w: Int8Rows, bias: Tensor | None) -> Tensor:
 
 def quantize(model: nn.Module, device_type: str) -> nn.Module:
     """`model` (eval mode) with int8 weights in its RNNs and Linear layers, in place, and an
-    int8 copy of its output layer (`Generator.out_int8`)."""
+    int8 copy of its output layer (`Generator.out_packed`)."""
     if device_type != "cpu":
         raise NmtError(f"--int8: CPU decoding only (the model is on {device_type})")
     from torch.ao.quantization import quantize_dynamic
 
-    names = {
+    names = decoding_layers(model)
+    generator = getattr(model, "generator", None)  # nmt.model.Generator, of a Seq2Seq
+    if generator is not None and generator.out.in_features >= MIN_INNER:
+        generator.out_packed = Int8Rows.of(generator.out.weight)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecation notices, once per layer
+        return quantize_dynamic(model.eval(), names, inplace=True)
+
+
+def decoding_layers(model: nn.Module) -> set[str]:
+    """The names of the layers decoding gives a faster weight form (int8 here, bf16 laid out
+    in `nmt.laid_out`): RNNs and Linear layers, but the output layer and the narrow ones."""
+    return {
         name
         for name, module in model.named_modules()
         if isinstance(module, QUANTIZED)
         and name not in KEPT
         and not (isinstance(module, nn.Linear) and module.out_features < MIN_OUTPUTS)
     }
-    generator = getattr(model, "generator", None)  # nmt.model.Generator, of a Seq2Seq
-    if generator is not None and generator.out.in_features >= MIN_INNER:
-        generator.out_int8 = Int8Rows.of(generator.out.weight)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # deprecation notices, once per layer
-        return quantize_dynamic(model.eval(), names, inplace=True)

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmt import int8, onednn
+from nmt import int8, laid_out, onednn
 from nmt.attention import build_attention, weighted_sum
 from nmt.config import ModelConfig
 from nmt.copy import CopyGate, mixture_log_probs
@@ -44,6 +44,7 @@ from nmt.dropout import Dropout
 from nmt.encoder_loop import applies as encoder_loop_applies
 from nmt.encoder_loop import encoder_loop
 from nmt.int8 import Int8Rows
+from nmt.laid_out import LaidOut
 from nmt.runtime import autocast_dtype
 from nmt.shortlist import Restricted, Shortlist
 
@@ -156,7 +157,8 @@ class Generator(nn.Module):
         self.out = nn.Linear(size, vocab_size)
         if tie_to is not None:
             self.out.weight = tie_to.weight
-        self.out_int8: Int8Rows | None = None  # set by nmt.int8.quantize: decoding only
+        # int8 rows (nmt.int8.quantize) or bf16 rows (nmt.laid_out.lay_out): decoding only
+        self.out_packed: Int8Rows | LaidOut | None = None
 
     def forward(self, x: Tensor, vocab: Restricted | None = None) -> Tensor:
         """(B, [T,] D) -> logits (B, [T,] V); with `vocab`, the logits of its L columns only
@@ -166,7 +168,7 @@ class Generator(nn.Module):
             x = onednn.layer(self.proj, x)  # (B, [T,] E)
         if vocab is not None:
             return _product(x, vocab.weight, vocab.bias)  # (B, [T,] L)
-        weight = self.out.weight if self.out_int8 is None else self.out_int8
+        weight = self.out.weight if self.out_packed is None else self.out_packed
         return _product(x, weight, self.out.bias)  # (B, [T,] V)
 
     def restrict(self, columns: Tensor) -> Restricted:
@@ -174,8 +176,8 @@ class Generator(nn.Module):
         in autocast's dtype where it is on: the cut is no parameter, so autocast would cast
         it again at every step (its cast cache keeps parameters only)."""
         bias = self.out.bias[columns]  # (L,)
-        if self.out_int8 is not None:  # an int8 model: its int8 rows are what it multiplies
-            return Restricted(columns, self.out_int8.rows(columns), bias)
+        if self.out_packed is not None:  # int8 or laid-out rows: what the model multiplies
+            return Restricted(columns, self.out_packed.rows(columns), bias)
         weight = self.out.weight[columns]  # (L, E)
         dtype = autocast_dtype(weight.device.type)
         if dtype is not None:
@@ -183,10 +185,13 @@ class Generator(nn.Module):
         return Restricted(columns, weight, bias)
 
 
-def _product(x: Tensor, weight: Tensor | Int8Rows, bias: Tensor) -> Tensor:
-    """x (..., E) -> x·weightᵀ + bias (..., N), through int8 (`nmt.int8`) or oneDNN."""
+def _product(x: Tensor, weight: Tensor | Int8Rows | LaidOut, bias: Tensor) -> Tensor:
+    """x (..., E) -> x·weightᵀ + bias (..., N), through int8 (`nmt.int8`), bf16 laid out
+    (`nmt.laid_out`) or oneDNN."""
     if isinstance(weight, Int8Rows):
         return int8.linear(x, weight, bias)
+    if isinstance(weight, LaidOut):
+        return laid_out.linear(x, weight, bias)
     return onednn.linear_layer(x, weight, bias)
 
 

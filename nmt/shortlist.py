@@ -35,6 +35,7 @@ from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
 if TYPE_CHECKING:
     from nmt.int8 import Int8Rows
+    from nmt.laid_out import LaidOut
 
 # With FREQUENT, tuned on Multi30k val on two models in session 15 (docs/benchmarks.md): 20
 # and 500 decode 1.2-1.3x faster than 100 and 1,000, BLEU within 0.1 of the full vocabulary.
@@ -52,7 +53,7 @@ class Restricted:
     """An output layer cut to a batch's shortlist (`nmt.model.Generator.restrict`)."""
 
     columns: Tensor  # (L,) int64 sorted target ids
-    weight: Tensor | Int8Rows  # (L, E); an int8 model's as int8 rows (nmt.int8)
+    weight: Tensor | Int8Rows | LaidOut  # (L, E); int8 rows (nmt.int8) or laid out (nmt.laid_out)
     bias: Tensor  # (L,)
 
     def positions(self, ids: Tensor) -> Tensor:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from nmt import runtime
+from nmt import laid_out, runtime
 from nmt.batching import collate
 from nmt.checkpoint import load_for_inference
 from nmt.config import Config
@@ -94,6 +94,7 @@ class Translator:
         precision: Precision,
         path: Path | None,
         log: Callable[[str], None],
+        laid: bool = False,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -102,6 +103,8 @@ class Translator:
         self.precision = precision
         self.path = path  # the checkpoint file, when loaded from one
         self.log = log
+        # A laid-out model (`nmt.laid_out`) runs its bf16 products itself, outside autocast.
+        self.autocast_precision: Precision = "fp32" if laid else precision
 
     @classmethod
     def from_checkpoint(
@@ -119,10 +122,12 @@ class Translator:
         several is an ensemble (`nmt.ensemble`): they must share the tokenizer; the decoding
         settings and length limits are the first one's.
 
-        `precision` bf16 runs the model under autocast (scores differ slightly). `log` receives
-        warnings (long inputs cut); by default they are Python warnings. `shortlist=False`
-        decodes over the whole vocabulary even where the checkpoint has a shortlist
-        (`nmt.shortlist`). `int8=True` (CPU) gives the models int8 weights (`nmt.int8`).
+        `precision` bf16 runs the model under autocast, or on a CPU with bf16 units its
+        products alone in bf16, on weights laid out once (`nmt.laid_out`); scores differ
+        slightly either way. `log` receives warnings (long inputs cut); by default they are
+        Python warnings. `shortlist=False` decodes over the whole vocabulary even where the
+        checkpoint has a shortlist (`nmt.shortlist`). `int8=True` (CPU) gives the models int8
+        weights (`nmt.int8`).
         """
         dev = runtime.resolve_device(device, setting="--device")
         prec = runtime.resolve_precision(precision, dev, setting="--precision")
@@ -136,9 +141,12 @@ class Translator:
         if not shortlist or len(loaded) > 1:  # an ensemble's members would differ in columns
             for x in loaded:
                 x.model.shortlist = None
-        if int8:
-            for x in loaded:
+        laid = not int8 and laid_out.applies(dev.type, prec)  # the same layers, bf16
+        for x in loaded:
+            if int8:
                 quantize(x.model, dev.type)
+            elif laid:
+                laid_out.lay_out(x.model)
         first = loaded[0]
         model: Decodable = first.model
         if len(loaded) > 1:
@@ -153,6 +161,7 @@ class Translator:
             precision=prec,
             path=first.path,
             log=log,
+            laid=laid,
         )
 
     @property
@@ -229,7 +238,7 @@ class Translator:
         """The hypotheses of each of `rows` (in that order) and what re-reading the best one
         gives (`reread`)."""
         batch = collate(rows, None, range(len(rows))).to(self.device)
-        with autocast(self.device, self.precision):
+        with autocast(self.device, self.autocast_precision):
             found = decode(
                 self.model, batch.src, batch.src_lens, self.config.decode, beam=beam, nbest=nbest
             )

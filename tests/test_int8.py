@@ -45,7 +45,7 @@ def test_rnns_and_linear_layers_are_quantized_and_the_output_layer_gets_int8_row
     # every other product layer now holds int8 weights
     assert set(plain) == {"generator.out"} | narrow
     assert type(model.decoder.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic")
-    rows = model.generator.out_int8
+    rows = model.generator.out_packed
     assert rows is not None and rows.weight.dtype == torch.int8
     assert rows.weight.shape == model.generator.out.weight.shape
 
@@ -102,10 +102,10 @@ def test_output_layers_narrower_than_min_inner_stay_float():
     model = nn.Module()
     model.generator = Generator(input_size=MIN_INNER - 1, vocab_size=20, dropout=0.0, tie_to=None)
     quantize(model, "cpu")
-    assert model.generator.out_int8 is None
+    assert model.generator.out_packed is None
     model.generator = Generator(input_size=MIN_INNER, vocab_size=20, dropout=0.0, tie_to=None)
     quantize(model, "cpu")
-    assert model.generator.out_int8 is not None
+    assert model.generator.out_packed is not None
 
 
 def test_int8_shortlisted_scores_stay_within_the_bound_of_float_ones(tiny_run):
@@ -113,7 +113,7 @@ def test_int8_shortlisted_scores_stay_within_the_bound_of_float_ones(tiny_run):
     against the float layer: within the rounding bound, and the same as the whole
     vocabulary's int8 scores at those columns."""
     gen = Translator.from_checkpoint(tiny_run.run_dir, int8=True).model.generator
-    assert gen.out_int8 is not None
+    assert gen.out_packed is not None
     torch.manual_seed(2)
     x = torch.randn(6, gen.out.in_features if gen.proj is None else gen.proj.in_features)
     h = x if gen.proj is None else gen.proj(x)  # (6, E) what the output layer reads

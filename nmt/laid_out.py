@@ -1,0 +1,196 @@
+"""bf16 weights laid out once for oneDNN, for CPU decoding on bf16 matrix units
+(`nmt translate --precision bf16` on a CPU with AMX or AVX512-BF16).
+
+Why: under bf16 autocast every product casts its float32 weight to bf16 and oneDNN then lays
+it out again for its kernels (AMX tiles), at every decoding step; a decoding weight never
+changes, so both can happen once, at load (`torch.ops.mkldnn._reorder_linear_weight`, the
+layout Inductor's frozen CPU graphs use), and each step runs `_linear_pointwise` on it. And
+autocast leaves a CPU GRU in float32 (1,180 µs a greedy step of the reference decoder on 2
+cores of a Xeon with AMX, against 439 for `--int8`'s and 341 for this one's,
+`scripts/bench_gru_step.py`), so the decoder's GRU step is written out here: two laid-out
+products, then `nmt.gru_cell.gru_gates` in float32, its state kept in float32.
+
+What is laid out is what `nmt.int8` quantizes, by the same rule (`int8.decoding_layers`):
+every `nn.Linear` with at least `int8.MIN_OUTPUTS` outputs but the output layer, and the
+GRUs this module runs (one layer, one direction: the decoders'). The output layer is cut to
+each batch's shortlist (`nmt.shortlist`), so its bf16 copy is kept as rows and a batch's cut
+is laid out once a batch (`LaidOut.rows`; 0.8 ms for 2,500 columns, against 88 µs saved at
+each of a batch's steps). Left as they are: LSTMs, several-layer RNNs, the attention's
+activation-by-activation products, and the encoder's bidirectional GRU, run once a batch by
+nn.GRU's fused inference kernel in float32: by hand with laid-out products it took 16.4 ms
+for a batch of 64 × 24 pieces against nn.GRU's 10 (its steps' products are small: 64 × 256
+× 768).
+
+Only the products run in bf16: each returns float32, and the model runs outside autocast
+(`Translator`), so everything else is float32 decoding's own arithmetic. Under autocast the
+rest ran in bf16 and took slow paths a greedy step of the reference model (2 cores of a
+Xeon with AMX): the additive scorer's tanh instead of its float32 sigmoid route
+(`nmt.attention.additive_hidden`), its vᵀ and the context as bf16 products of one output
+column: together about 1 ms a step, more than the laid-out products save.
+
+`applies` says where: the CPU, bf16, oneDNN present and bf16 units to run it (without them
+oneDNN emulates bf16 at a few GFLOP/s). `Translator` lays a model out there unless it is
+int8 (`--int8` quantizes the same layers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeGuard
+
+import torch
+from torch import Tensor, nn
+
+from nmt import int8, onednn
+from nmt.gru_cell import gru_gates
+from nmt.runtime import cpu_has_bf16_matmul
+
+BF16 = torch.bfloat16
+ROWS = 16  # products' rows padded to a multiple of this at least (`bucket`)
+
+
+def applies(device_type: str, precision: str) -> bool:
+    """Whether a decoding model on `device_type` in `precision` is laid out (see above)."""
+    return (
+        device_type == "cpu" and precision == "bf16" and onednn.available and cpu_has_bf16_matmul()
+    )
+
+
+def _lay(weight: Tensor) -> Tensor:
+    """weight (out, in) -> its bf16 copy in oneDNN's layout for `_linear_pointwise`, for any
+    number of rows (batch size hint None: one layout serves a greedy step's 64 rows and a
+    beam's 320 alike, within 5 % of one laid out for the exact count)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(BF16).contiguous(), None)
+
+
+def bucket(n: int) -> int:
+    """n rounded up to a multiple of ROWS, or of an eighth of the power of two above it where
+    that is more (at most 1/4 more: 64 stays, 65 -> 80, 1,216 -> 1,280, 3,300 -> 3,584).
+
+    Why: oneDNN builds a kernel for each new product shape (about 1 ms each, AMX's just-in-
+    time code), and a search meets many: its row count falls at every finished sentence, a
+    batch's shortlist has its own column count, its keys their own row count. Unbucketed, a
+    first pass over test_2016_flickr spent 0.4 s greedy and 0.95 s beam 5 of 1.0 and 3.2 on
+    building them (2 cores of a Xeon with AMX). An AMX tile holds 16 rows: padding to ROWS
+    costs almost no arithmetic."""
+    step = max(ROWS, 1 << max(n.bit_length() - 3, 0))
+    return -(-n // step) * step
+
+
+def _product(x: Tensor, laid: Tensor, bias: Tensor | None, columns: int | None = None) -> Tensor:
+    """x (..., in) any float dtype -> x Wᵀ + b (..., out) float32, in bf16, for a weight from
+    `_lay` (and its bias in bf16); the first `columns` outputs only where given (a weight
+    padded with zero rows). The rows are padded with zeros to their `bucket`."""
+    flat = x.reshape(-1, x.size(-1))  # (N, in)
+    y = onednn.pointwise(_padded(flat), laid, bias)[: flat.size(0), :columns].float()  # (N, out)
+    return y.view(*x.shape[:-1], y.size(-1))
+
+
+def _padded(x: Tensor) -> Tensor:
+    """x (N, K) -> (bucket(N), K) bf16, contiguous: x cast, then zero rows."""
+    n = x.size(0)
+    out = x.new_empty(bucket(n), x.size(1), dtype=BF16)  # (N', K)
+    out[:n] = x  # the cast to bf16 and the copy in one pass
+    out[n:] = 0
+    return out
+
+
+@dataclass(frozen=True)
+class LaidOut:
+    """An output layer's weight (V, E) for decoding: bf16 rows to cut a batch's shortlist
+    from (`rows`), and the same rows laid out, with zero rows up to their `bucket`."""
+
+    weight: Tensor  # (N, E) bf16 rows
+    laid: Tensor  # (bucket(N), E) the same and zero rows, laid out for oneDNN
+
+    @classmethod
+    def of(cls, weight: Tensor) -> LaidOut:
+        rows = weight.detach().to(BF16).contiguous()  # (N, E)
+        padded = rows.new_zeros(bucket(rows.size(0)), rows.size(1))
+        padded[: rows.size(0)] = rows
+        return cls(rows, _lay(padded))
+
+    def rows(self, index: Tensor) -> LaidOut:
+        """The rows `index` (L,) int64, laid out: (L, E)."""
+        return LaidOut.of(self.weight[index])
+
+
+def linear(x: Tensor, w: LaidOut, bias: Tensor | None) -> Tensor:
+    """x (..., E) -> x·wᵀ + bias (..., N) float32, the product in bf16."""
+    b = None if bias is None else _padded(bias.unsqueeze(1)).squeeze(1)  # (bucket(N),)
+    return _product(x, w.laid, b, columns=w.weight.size(0))
+
+
+class LaidOutLinear(nn.Module):
+    """An `nn.Linear` for decoding: its product in bf16 on a weight laid out once.
+    (..., in) -> (..., out) float32."""
+
+    def __init__(self, layer: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = layer.in_features, layer.out_features
+        self.laid = _lay(layer.weight)  # (out, in) oneDNN's layout
+        self.bias = None if layer.bias is None else layer.bias.detach().to(BF16)  # (out,)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return _product(x, self.laid, self.bias)
+
+
+class LaidOutGRU(nn.Module):
+    """A one-layer, one-direction, batch-first `nn.GRU` for decoding: each step's two products
+    in bf16 on weights laid out once, the gates and the state in float32. Takes and gives
+    what the nn.GRU did: x (B, T, In), h0 (1, B, H) or None -> outputs (B, T, H), h_T
+    (1, B, H), both float32. With T > 1 (a teacher-forced re-read) the input half of every
+    step's gates is one product."""
+
+    def __init__(self, gru: nn.GRU) -> None:
+        super().__init__()
+        assert gru.num_layers == 1 and not gru.bidirectional and gru.batch_first and gru.bias
+        self.input_size, self.hidden_size = gru.input_size, gru.hidden_size
+        self.num_layers = 1
+        w_ih, w_hh, b_ih, b_hh = gru.all_weights[0]
+        self.w_ih, self.w_hh = _lay(w_ih), _lay(w_hh)  # (3H, In), (3H, H)
+        self.b_ih, self.b_hh = b_ih.detach().to(BF16), b_hh.detach().to(BF16)  # (3H,)
+
+    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        B, T = x.size(0), x.size(1)
+        f32 = torch.float32
+        h = x.new_zeros(B, self.hidden_size, dtype=f32) if h0 is None else h0[0].float()  # (B, H)
+        gi = _product(x, self.w_ih, self.b_ih)  # (B, T, 3H)
+        outs = []
+        for t in range(T):
+            gh = _product(h, self.w_hh, self.b_hh)  # (B, 3H)
+            h = gru_gates(gi[:, t], gh, h, {})  # (B, H)
+            outs.append(h)
+        return torch.stack(outs, dim=1), h.unsqueeze(0)  # (B, T, H), (1, B, H)
+
+
+def _laid_gru(module: nn.Module) -> TypeGuard[nn.GRU]:
+    """Whether `LaidOutGRU` runs this RNN: a one-layer, one-direction, batch-first nn.GRU."""
+    return (
+        type(module) is nn.GRU
+        and module.num_layers == 1
+        and not module.bidirectional
+        and module.batch_first
+        and module.bias
+    )
+
+
+def lay_out(model: nn.Module) -> nn.Module:
+    """`model` (eval mode) for bf16 decoding, in place: its Linear layers and decoder GRU laid
+    out (`LaidOutLinear`, `LaidOutGRU`) and a bf16 copy of its output layer
+    (`Generator.out_packed`). The float32 weights stay where nothing replaced them."""
+    for name in int8.decoding_layers(model):
+        module = model.get_submodule(name)
+        if isinstance(module, nn.Linear):
+            _replace(model, name, LaidOutLinear(module))
+        elif _laid_gru(module):
+            _replace(model, name, LaidOutGRU(module))
+    generator = getattr(model, "generator", None)  # nmt.model.Generator, of a Seq2Seq
+    if generator is not None:
+        generator.out_packed = LaidOut.of(generator.out.weight)
+    return model.eval()
+
+
+def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
