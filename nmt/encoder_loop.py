@@ -183,9 +183,8 @@ class _Run:
             h = h[:, :n]  # (D, n, H) finished rows leave, their states kept in `out`
             gh = self._bmm(h, w_hh_t, self.b_hh)  # (D, n, 3H)
             s: dict[str, Tensor] = {}
-            h = gru_gates(gi[:, :n, t], gh, h, s)  # (D, n, H)
+            h = gru_gates(gi[:, :n, t], gh, h, s, out=out[:, :n, t])  # (D, n, H)
             self.saved.append(s)
-            out[:, :n, t] = h
         final = out[:, torch.arange(B), self.lens - 1]  # (D, B, H) at each row's last piece
         if self.dirs == 1:
             return out[0], final  # (B, S, H)
@@ -215,20 +214,21 @@ class _Run:
         if g_final is not None:
             joining = g_final.float()  # (D, B, H)
         d_gi = joining.new_zeros(D, B, S, 3 * H)  # (D, B, S, 3H)
+        # every step's d_gh and h, step t's n_t rows at its own offset, for the weight product
+        ends = torch.tensor(self.running).cumsum(0).tolist()  # step t's rows end here
+        d_gh_all = joining.new_empty(D, ends[-1], 3 * H)  # (D, Σn_t, 3H)
+        h_rows = []
         dh = joining[:, :0]  # (D, rows so far, H) into each row's state from later pieces
-        d_gh_rows, h_rows = [], []
         for t in reversed(range(S)):
             n, s = self.running[t], self.saved[t]
             dh = dh if dh.size(1) == n else torch.cat([dh, joining[:, dh.size(1) : n]], dim=1)
             if g_out is not None:
                 dh = dh + g_out[:, :n, t]  # (D, n, H)
-            d_gi_t, d_gh, d_h = gru_gates_back(dh, s)  # (D, n, 3H), (D, n, 3H), (D, n, H)
-            d_gi[:, :n, t] = d_gi_t
+            slots = (d_gi[:, :n, t], d_gh_all[:, ends[t] - n : ends[t]])
+            _, d_gh, d_h = gru_gates_back(dh, s, slots)  # (D, n, 3H), (D, n, 3H), (D, n, H)
             dh = d_h + self._bmm(d_gh, self.w_hh)  # (D, n, H)
-            d_gh_rows.append(d_gh)
             h_rows.append(s["h"])
-        d_gh_all = torch.cat(d_gh_rows, dim=1)  # (D, Σn_t, 3H)
-        h_all = torch.cat(h_rows, dim=1)  # (D, Σn_t, H)
+        h_all = torch.cat(h_rows[::-1], dim=1)  # (D, Σn_t, H) in time order
         g_w_hh = [onednn.weight_grad(self.cdt, d_gh_all[d], h_all[d]) for d in range(D)]
         g_b_hh = d_gh_all.sum(1)  # (D, 3H)
         d_gi_flat = self._side_by_side(d_gi).flatten(0, 1)  # (B·S, D·3H)

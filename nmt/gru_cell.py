@@ -17,13 +17,16 @@ from torch import Tensor
 # their out= forms write into a given tensor (a slice of the gates' gradient).
 tanh_backward = torch.ops.aten.tanh_backward
 sigmoid_backward = torch.ops.aten.sigmoid_backward
-_tanh_backward_into = torch.ops.aten.tanh_backward.grad_input
+tanh_backward_into = torch.ops.aten.tanh_backward.grad_input
 _sigmoid_backward_into = torch.ops.aten.sigmoid_backward.grad_input
 
 
-def gru_gates(gi: Tensor, gh: Tensor, h: Tensor, s: dict[str, Tensor]) -> Tensor:
+def gru_gates(
+    gi: Tensor, gh: Tensor, h: Tensor, s: dict[str, Tensor], out: Tensor | None = None
+) -> Tensor:
     """PyTorch's GRU cell after its two products, in float32: gi (N, 3H) = x W_iᵀ + b_i and
-    gh (N, 3H) = h W_hᵀ + b_h (gates r, z, n in that order), h (N, H) -> the new h (N, H).
+    gh (N, 3H) = h W_hᵀ + b_h (gates r, z, n in that order), h (N, H) -> the new h (N, H),
+    written into `out` where given (a slot of the caller's buffer of all steps' states).
     Saves in `s` what `gru_gates_back` reads.
 
     Five operators on (N, H)-sized tensors where the plain equations take eight (addcmul
@@ -35,21 +38,27 @@ def gru_gates(gi: Tensor, gh: Tensor, h: Tensor, s: dict[str, Tensor]) -> Tensor
     gh_n = gh[..., 2 * size :]
     n = torch.addcmul(gi[..., 2 * size :], r, gh_n).tanh_()  # (N, H) tanh(gi_n + r gh_n)
     s.update(h=h, rz=rz, n=n, gh_n=gh_n)
-    return torch.lerp(n, h, z)  # (1 - z) n + z h
+    return torch.lerp(n, h, z, out=out)  # (1 - z) n + z h
 
 
-def gru_gates_back(dh: Tensor, s: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+def gru_gates_back(
+    dh: Tensor, s: dict[str, Tensor], out: tuple[Tensor, Tensor] | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """Gradient of the new h (N, H) -> gradients of gi (N, 3H) and gh (N, 3H), and h's own
     share (N, H) (the share through gh, d_gh W_h, is the caller's product). The gates'
-    gradients are written into their slices of d_gi and d_gh, not concatenated."""
+    gradients are written into their slices of d_gi and d_gh, not concatenated: new tensors,
+    or the caller's `out` (d_gi, d_gh), slots of its buffers of all steps' gradients."""
     rz, n, h, gh_n = s["rz"], s["n"], s["h"], s["gh_n"]
     size = h.size(-1)
     r, z = rz[..., :size], rz[..., size:]
-    d_gi = dh.new_empty(*dh.shape[:-1], 3 * size)  # (N, 3H)
-    d_gh = torch.empty_like(d_gi)  # (N, 3H)
+    if out is None:
+        d_gi = dh.new_empty(*dh.shape[:-1], 3 * size)  # (N, 3H)
+        d_gh = torch.empty_like(d_gi)  # (N, 3H)
+    else:
+        d_gi, d_gh = out
     d_rz, d_n = d_gi[..., : 2 * size], d_gi[..., 2 * size :]  # views: (N, 2H), (N, H)
     dh_z = dh * z  # (N, H) h's own share
-    _tanh_backward_into(dh - dh_z, n, grad_input=d_n)  # d(gi_n) = dh (1 − z) (1 − n²)
+    tanh_backward_into(dh - dh_z, n, grad_input=d_n)  # d(gi_n) = dh (1 − z) (1 − n²)
     torch.mul(d_n, gh_n, out=d_rz[..., :size])  # into r, before its sigmoid
     torch.mul(dh, h - n, out=d_rz[..., size:])  # into z, before its sigmoid
     _sigmoid_backward_into(d_rz, rz, grad_input=d_rz)  # in place: σ'(·) of r and z
