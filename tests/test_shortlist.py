@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from nmt import laid_out
 from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.model import build_model
 from nmt.shortlist import COLUMN_MULTIPLE, Shortlist, build
@@ -141,17 +143,38 @@ def _cast_shapes(run: Callable[[], Any]) -> list[tuple[int, ...]]:
     return [tuple(e.input_shapes[0]) for e in prof.events() if e.name == "aten::_to_copy"]
 
 
-def test_bf16_decoding_casts_the_cut_output_layer_and_the_values_once_a_batch(tiny_run, tmp_path):
+@pytest.mark.parametrize(
+    "laid",
+    [
+        False,
+        pytest.param(
+            True,
+            marks=pytest.mark.skipif(
+                not laid_out.applies("cpu", "bf16"), reason="no bf16 units: autocast decodes"
+            ),
+        ),
+    ],
+    ids=["autocast", "laid-out"],
+)
+def test_bf16_decoding_casts_the_cut_output_layer_and_the_values_once_a_batch(
+    tiny_run, tmp_path, monkeypatch, laid
+):
     """Autocast caches the casts of parameters only: the batch's cut of the output layer and
-    the encoder states (the attention's values) used to be cast again at every step."""
+    the encoder states (the attention's values) used to be cast again at every step. Either
+    bf16 path: under autocast (a GPU, or a CPU without bf16 units), or on weights laid out
+    once (`nmt.laid_out`, CPUs with them), whose cut is of bf16 rows already."""
     path = _with_shortlist(tiny_run, tmp_path, per_source=10, frequent=20)
+    if not laid:
+        monkeypatch.setattr(laid_out, "applies", lambda *_: False)
     tr = Translator.from_checkpoint(path, precision="bf16")
     cuts: list[tuple[int, ...]] = []
     restrict = tr.model.generator.restrict
 
     def recording(columns: torch.Tensor):  # noqa: ANN202
         cut = restrict(columns)
-        cuts.append(tuple(cut.weight.shape))
+        weight = cut.weight.weight if isinstance(cut.weight, laid_out.LaidOut) else cut.weight
+        assert isinstance(weight, torch.Tensor) and weight.dtype == torch.bfloat16
+        cuts.append(tuple(weight.shape))
         return cut
 
     tr.model.generator.restrict = recording  # type: ignore[method-assign]
@@ -168,7 +191,7 @@ def test_bf16_decoding_casts_the_cut_output_layer_and_the_values_once_a_batch(ti
     sentences = tiny_run.train_src[:6]
     shapes = _cast_shapes(lambda: got.extend(tr.translate(sentences, beam=2, batch_size=6)))
     assert len(cuts) == 1 and steps > 4 and all(t.text for t in got)  # one batch, steps
-    assert shapes.count(cuts[0]) == 1  # the cut: once, where it is made
+    assert shapes.count(cuts[0]) == (0 if laid else 1)  # the cut: once, where it is made
     # (B, S, 2He): the values, and the keys' projection's input, once each, never per step
     width, rows = tiny_run.config.model.enc_hidden * 2, (6, 12)  # sentences, hypotheses
     assert sum(len(s) == 3 and s[0] in rows and s[-1] == width for s in shapes) <= 2
