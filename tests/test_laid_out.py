@@ -90,6 +90,32 @@ def test_a_laid_out_model_steps_like_the_float_one(attention, decoder, feed, cop
             prev = scores_f.argmax(-1)
 
 
+@pytest.mark.parametrize(
+    "kw",
+    [{"cell": "lstm"}, {"dec_layers": 2, "enc_layers": 2}, {"attention_heads": 2}],
+    ids=["lstm", "two-layers", "two-heads"],
+)
+def test_other_models_decode_with_what_is_laid_out_and_the_rest_in_float32(kw):
+    """LSTMs and several-layer GRUs stay as they are (float32: the model runs outside
+    autocast) beside laid-out Linear layers; several heads' projections are laid out. Their
+    decoding steps follow the float model's."""
+    model = tiny_model("general", "luong", True, **kw)
+    laid = laid_out.lay_out(copy.deepcopy(model))
+    kept = "attention_heads" not in kw  # the decoder's RNN: an LSTM or two layers
+    assert isinstance(laid.decoder.rnn, laid_out.LaidOutGRU) != kept
+    assert any(isinstance(m, laid_out.LaidOutLinear) for m in laid.modules())
+    src, lens = random_batch([5, 5, 2])
+    with torch.inference_mode():
+        enc_f, enc_l = model.encode(src, lens), laid.encode(src, lens)
+        state_f, state_l = model.init_state(enc_f), laid.init_state(enc_l)
+        prev = torch.full((3,), BOS_ID)
+        for _ in range(3):
+            scores_f, state_f, _ = model.step(prev, state_f, enc_f)
+            scores_l, state_l, _ = laid.step(prev, state_l, enc_l)
+            assert torch.allclose(scores_l, scores_f, rtol=RTOL, atol=5 * ATOL)
+            prev = scores_f.argmax(-1)
+
+
 def test_the_layers_int8_quantizes_are_laid_out_and_the_output_layer_gets_bf16_rows(
     tiny_copy_run,
 ):
