@@ -76,12 +76,18 @@ def test_a_laid_out_model_steps_like_the_float_one(attention, decoder, feed, cop
     model = tiny_model(attention, decoder, feed, copy=copy_attention)
     laid = laid_out.lay_out(copy.deepcopy(model))
     assert any(isinstance(m, laid_out.LaidOutGRU) for m in laid.modules())
-    src, lens = random_batch([6, 4, 3])
+    _assert_steps_alike(model, laid, [6, 4, 3], steps=4)
+
+
+def _assert_steps_alike(model: nn.Module, laid: nn.Module, lens: list[int], steps: int) -> None:
+    """`steps` greedy decoding steps of `laid` against `model` on random sources of `lens`,
+    the same previous tokens fed to both: scores and attention within bf16's tolerance."""
+    src, src_lens = random_batch(lens)
     with torch.inference_mode():
-        enc_f, enc_l = model.encode(src, lens), laid.encode(src, lens)
+        enc_f, enc_l = model.encode(src, src_lens), laid.encode(src, src_lens)
         state_f, state_l = model.init_state(enc_f), laid.init_state(enc_l)
-        prev = torch.full((3,), BOS_ID)
-        for _ in range(4):
+        prev = torch.full((len(lens),), BOS_ID)
+        for _ in range(steps):
             scores_f, state_f, attn_f = model.step(prev, state_f, enc_f)
             scores_l, state_l, attn_l = laid.step(prev, state_l, enc_l)
             assert scores_l.dtype == torch.float32
@@ -104,16 +110,7 @@ def test_other_models_decode_with_what_is_laid_out_and_the_rest_in_float32(kw):
     kept = "attention_heads" not in kw  # the decoder's RNN: an LSTM or two layers
     assert isinstance(laid.decoder.rnn, laid_out.LaidOutGRU) != kept
     assert any(isinstance(m, laid_out.LaidOutLinear) for m in laid.modules())
-    src, lens = random_batch([5, 5, 2])
-    with torch.inference_mode():
-        enc_f, enc_l = model.encode(src, lens), laid.encode(src, lens)
-        state_f, state_l = model.init_state(enc_f), laid.init_state(enc_l)
-        prev = torch.full((3,), BOS_ID)
-        for _ in range(3):
-            scores_f, state_f, _ = model.step(prev, state_f, enc_f)
-            scores_l, state_l, _ = laid.step(prev, state_l, enc_l)
-            assert torch.allclose(scores_l, scores_f, rtol=RTOL, atol=5 * ATOL)
-            prev = scores_f.argmax(-1)
+    _assert_steps_alike(model, laid, [5, 5, 2], steps=3)
 
 
 def test_the_layers_int8_quantizes_are_laid_out_and_the_output_layer_gets_bf16_rows(
