@@ -9,8 +9,9 @@ then one product over all B·T rows, as cuDNN's RNNs do; the input half of the g
 depends on the target embeddings only is computed outside, once for all steps. The rows
 those products read (the states, Luong's outputs and [c; h], the gates' gradients) are
 written by each step into its slot of a (T, B, ·) buffer, not concatenated afterwards: about
-28 MB of copies less for a batch of 64 × 18 targets of the reference model (its backward
-1.06-1.26× faster, the step 1.04-1.08×, bf16 and fp32, 2 cores of a Xeon with AMX).
+28 MB of copies less for a batch of 64 × 18 targets of the reference model (2 cores of a
+Xeon with AMX: its backward 1.06-1.26× faster; the bf16 step 1.03-1.06×, the fp32 step
+0.97-1.08×, within that machine's noise; docs/benchmarks.md, session 25).
 tests/test_recurrence.py compares both paths, values and gradients.
 
 Covers a 1-layer GRU decoder with any single-head scorer, global or local (Luong's local-m
