@@ -327,13 +327,15 @@ class _Run:
         d_q_scores = self._mm(d_qp, self.w_q.t())  # (B, H)
         return d_q_scores if d_q is None else d_q_scores + d_q
 
-    def _gru_back(self, dh: Tensor, s: dict[str, Tensor], out: tuple[Tensor, Tensor]) -> tuple:
-        """Gradient of the new h (B, H) -> gradients of gi (B, 3H), h (B, H), x (B, R); those
-        of gi and gh written into `out`, the step's slots."""
+    def _gru_back(
+        self, dh: Tensor, s: dict[str, Tensor], out: tuple[Tensor, Tensor]
+    ) -> tuple[Tensor, Tensor]:
+        """Gradient of the new h (B, H) -> gradients of h (B, H) and x (B, R); those of gi and
+        gh (B, 3H) written into `out`, the step's slots."""
         d_gi, d_gh, d_h = gru_gates_back(dh, s, out)  # (B, 3H), (B, 3H), (B, H)
         d_h = d_h + self._mm(d_gh, self.w_hh.t())  # (B, H)
         d_x = self._mm(d_gi, self.w_ir.t())  # (B, R)
-        return d_gi, d_h, d_x
+        return d_h, d_x
 
     def backward(self, grads: tuple[Tensor | None, ...]) -> tuple[Tensor, ...]:
         """grads: of each output of `forward`, the weights last; None for an unused one."""
@@ -368,9 +370,9 @@ class _Run:
                 du = self._mm(d_pre, self.w_c.t())  # (B, Dv + H)
                 dv = self.values.size(2)
                 dh = dh + du[:, dv:] + self._attend_back(du[:, :dv], g_alpha(t), s, acc)
-                _, dh, d_feed = self._gru_back(dh, s, slots)
+                dh, d_feed = self._gru_back(dh, s, slots)
             else:
-                _, dh, d_x = self._gru_back(dh + g_out[:, t], s, slots)
+                dh, d_x = self._gru_back(dh + g_out[:, t], s, slots)
                 assert g_ctx is not None
                 dh = dh + self._attend_back(d_x + g_ctx[:, t], g_alpha(t), s, acc)
         return self._weight_grads(acc, (d_gi, d_gh, d_c), dh)
