@@ -91,34 +91,35 @@ def _padded(x: Tensor) -> Tensor:
     n = x.size(0)
     out = x.new_empty(bucket(n), x.size(1), dtype=BF16)  # (N', K)
     out[:n] = x  # the cast to bf16 and the copy in one pass
-    out[n:] = 0
+    if out.size(0) > n:
+        out[n:] = 0
     return out
 
 
 @dataclass(frozen=True)
 class LaidOut:
-    """An output layer's weight (V, E) for decoding: bf16 rows to cut a batch's shortlist
-    from (`rows`), and the same rows laid out, with zero rows up to their `bucket`."""
+    """An output layer (V, E) and its bias (V,) for decoding: bf16 rows to cut a batch's
+    shortlist from (`rows`), and the same rows and bias with zeros up to their `bucket`, the
+    rows laid out: padded once, where they are cut, not at every step."""
 
     weight: Tensor  # (N, E) bf16 rows
-    laid: Tensor  # (bucket(N), E) the same and zero rows, laid out for oneDNN
+    bias: Tensor  # (N,) bf16
+    laid: Tensor  # (bucket(N), E) the rows and zero rows, laid out for oneDNN
+    laid_bias: Tensor  # (bucket(N),) the bias and zeros
 
     @classmethod
-    def of(cls, weight: Tensor) -> LaidOut:
-        rows = weight.detach().to(BF16).contiguous()  # (N, E)
-        padded = rows.new_zeros(bucket(rows.size(0)), rows.size(1))
-        padded[: rows.size(0)] = rows
-        return cls(rows, _lay(padded))
+    def of(cls, weight: Tensor, bias: Tensor) -> LaidOut:
+        rows, b = weight.detach().to(BF16).contiguous(), bias.detach().to(BF16)  # (N, E), (N,)
+        return cls(rows, b, _lay(_padded(rows)), _padded(b.unsqueeze(1)).squeeze(1))
 
     def rows(self, index: Tensor) -> LaidOut:
-        """The rows `index` (L,) int64, laid out: (L, E)."""
-        return LaidOut.of(self.weight[index])
+        """The rows `index` (L,) int64 and their biases, laid out: (L, E)."""
+        return LaidOut.of(self.weight[index], self.bias[index])
 
 
-def linear(x: Tensor, w: LaidOut, bias: Tensor | None) -> Tensor:
-    """x (..., E) -> x·wᵀ + bias (..., N) float32, the product in bf16."""
-    b = None if bias is None else _padded(bias.unsqueeze(1)).squeeze(1)  # (bucket(N),)
-    return _product(x, w.laid, b, columns=w.weight.size(0))
+def linear(x: Tensor, w: LaidOut) -> Tensor:
+    """x (..., E) -> x·wᵀ + its bias (..., N) float32, the product in bf16."""
+    return _product(x, w.laid, w.laid_bias, columns=w.weight.size(0))
 
 
 class LaidOutLinear(nn.Module):
@@ -187,7 +188,7 @@ def lay_out(model: nn.Module) -> nn.Module:
             _replace(model, name, LaidOutGRU(module))
     generator = getattr(model, "generator", None)  # nmt.model.Generator, of a Seq2Seq
     if generator is not None:
-        generator.out_packed = LaidOut.of(generator.out.weight)
+        generator.out_packed = LaidOut.of(generator.out.weight, generator.out.bias)
     return model.eval()
 
 

@@ -190,8 +190,8 @@ def _product(x: Tensor, weight: Tensor | Int8Rows | LaidOut, bias: Tensor) -> Te
     (`nmt.laid_out`) or oneDNN."""
     if isinstance(weight, Int8Rows):
         return int8.linear(x, weight, bias)
-    if isinstance(weight, LaidOut):
-        return laid_out.linear(x, weight, bias)
+    if isinstance(weight, LaidOut):  # its own bias, cut with its rows: `bias` is that
+        return laid_out.linear(x, weight)
     return onednn.linear_layer(x, weight, bias)
 
 

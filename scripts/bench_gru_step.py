@@ -2,7 +2,7 @@
 context 512, hidden 512) at a greedy step's and a beam-5 step's rows: float32 `nn.GRU` (what
 float decoding runs), its dynamically quantized int8 form (what `--int8` runs: fbgemm), and on
 a CPU with bf16 matrix units the same step by hand in bf16 with both weights laid out once for
-oneDNN (`nmt.gru_cell.gru_gates` after two products; not a decoding path yet: the lead for AMX
+oneDNN (`nmt.laid_out.LaidOutGRU`, what `--precision bf16` decoding runs there; the lead for AMX
 in docs/benchmarks.md, session 24). Medians of `--calls` calls, `--repeats` times, and each
 variant's largest difference from float32 on the new hidden state.
 
@@ -22,18 +22,16 @@ import torch
 from argtypes import whole, wholes
 from torch import Tensor, nn
 
-from nmt import onednn
-from nmt.gru_cell import gru_gates
+from nmt import laid_out, onednn
 from nmt.runtime import cpu_has_bf16_matmul
 
 
-def bf16_laid_out(gru: nn.GRU, rows: int) -> Callable[[Tensor, Tensor], Tensor]:
-    """x (rows, in), h (rows, H) float32 -> the GRU's new h (rows, H) float32: the two
-    products as the output layer's benchmark runs its own (bf16, weights laid out once),
-    the gates in float32."""
-    ih = bench_output_layer.bf16_laid_out(gru.weight_ih_l0.detach(), gru.bias_ih_l0.detach(), rows)
-    hh = bench_output_layer.bf16_laid_out(gru.weight_hh_l0.detach(), gru.bias_hh_l0.detach(), rows)
-    return lambda x, h: gru_gates(ih(x), hh(h), h, {})  # (rows, 3H) twice -> (rows, H)
+def bf16_laid_out(gru: nn.GRU) -> Callable[[Tensor, Tensor], Tensor]:
+    """x (rows, in), h (rows, H) float32 -> the GRU's new h (rows, H) float32: one step of
+    `nmt.laid_out.LaidOutGRU`, what `--precision bf16` decoding runs (two bf16 products on
+    weights laid out once, the gates in float32)."""
+    step = laid_out.LaidOutGRU(gru)
+    return lambda x, h: step(x.unsqueeze(1), h.unsqueeze(0))[1][0]
 
 
 def main() -> None:
@@ -61,7 +59,7 @@ def main() -> None:
                 "int8 nn.GRU": lambda x=x, h=h: q8(x, h)[1][0],
             }
             if bf16:
-                step = bf16_laid_out(gru, m)
+                step = bf16_laid_out(gru)
                 variants["bf16 laid out"] = lambda x=x, h=h, step=step: step(x[:, 0], h[0])
             want = variants["float32 nn.GRU"]()
             for name, f in variants.items():

@@ -2,8 +2,8 @@
 in float32 (`nmt.onednn.linear_layer`, what float decoding runs) and as int8 rows
 (`nmt.int8.linear`, what `--int8` runs, the input's quantization included), in turn, median of
 `--calls` calls, `--repeats` times; on a CPU with bf16 matrix units also in bf16 with the
-weight laid out once for oneDNN (`bf16_laid_out`, not a decoding path yet: the lead for AMX
-in docs/benchmarks.md, session 24; the layout's own time is printed once).
+weight laid out once for oneDNN (`bf16_laid_out`: what `--precision bf16` decoding runs there
+since session 25, `nmt.laid_out`; the layout's own time is printed once).
 
     .venv/bin/python scripts/bench_output_layer.py [--rows 64,320] [--columns 3456] [--size 512]
 
@@ -22,7 +22,7 @@ import torch
 from argtypes import whole, wholes
 from torch import Tensor
 
-from nmt import int8, onednn
+from nmt import int8, laid_out, onednn
 from nmt.runtime import cpu_has_bf16_matmul
 
 
@@ -37,12 +37,12 @@ def median_us(f: Callable[[], object], calls: int) -> float:
     return statistics.median(times) * 1e6
 
 
-def bf16_laid_out(weight: Tensor, bias: Tensor, rows: int) -> Callable[[Tensor], Tensor]:
+def bf16_laid_out(weight: Tensor, bias: Tensor) -> Callable[[Tensor], Tensor]:
     """x (rows, E) float32 -> x Wᵀ + b (rows, L) float32 in bf16, W laid out once for oneDNN's
-    kernels (AMX tiles where the CPU has them) instead of at every product."""
-    laid = torch.ops.mkldnn._reorder_linear_weight(weight.bfloat16(), rows)
-    b = bias.bfloat16()
-    return lambda x: onednn.pointwise(x.bfloat16(), laid, b).float()
+    kernels (AMX tiles where the CPU has them) as `--precision bf16` decoding lays it out
+    (`nmt.laid_out`, its buckets included)."""
+    laid = laid_out.LaidOut.of(weight, bias)
+    return lambda x: laid_out.linear(x, laid)
 
 
 def main() -> None:
@@ -63,8 +63,8 @@ def main() -> None:
             x = torch.randn(m, args.size)
             bf16 = None
             if onednn.available and cpu_has_bf16_matmul():
-                layout = median_us(lambda m=m: bf16_laid_out(weight, bias, m), 1)
-                bf16 = bf16_laid_out(weight, bias, m)
+                layout = median_us(lambda: bf16_laid_out(weight, bias), 1)
+                bf16 = bf16_laid_out(weight, bias)
                 print(f"{m} rows: laying the bf16 weight out: {layout:,.0f} us")
             for _ in range(args.repeats):
                 f32 = median_us(lambda x=x: onednn.linear_layer(x, weight, bias), args.calls)

@@ -177,8 +177,8 @@ def test_bf16_laid_out_benchmarks_compute_the_float_layers() -> None:
     x, h = torch.randn(5, 1, 12), torch.randn(1, 5, 8)
     with torch.inference_mode():
         want = gru(x, h)[1][0]  # (5, 8)
-        got = bench_gru_step.bf16_laid_out(gru, 5)(x[:, 0], h[0])
+        got = bench_gru_step.bf16_laid_out(gru)(x[:, 0], h[0])
         torch.testing.assert_close(got, want, atol=0.03, rtol=0.03)
         w, b, xo = torch.randn(16, 12), torch.randn(16), torch.randn(5, 12)
-        got = bench_output_layer.bf16_laid_out(w, b, 5)(xo)
+        got = bench_output_layer.bf16_laid_out(w, b)(xo)
         torch.testing.assert_close(got, F.linear(xo, w, b), atol=0.1, rtol=0.03)
