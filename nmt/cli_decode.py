@@ -23,6 +23,7 @@ from nmt.cli_shared import (
     ModelOpt,
     PrecisionOpt,
     ProgressOpt,
+    WorkersOpt,
     load_translator,
     model_inputs,
     show_progress,
@@ -66,6 +67,7 @@ def translate(
     precision: PrecisionOpt = "fp32",
     full_vocab: FullVocabOpt = False,
     int8: Int8Opt = False,
+    workers: WorkersOpt = 1,
     show_attention: Annotated[
         bool,
         typer.Option(
@@ -138,7 +140,9 @@ def translate(
         if head and not (show_attention or attention_plot is not None):
             raise NmtError(f"--head {head}: shows with --show-attention or --attention-plot")
         if interactive or (not sentences and input_ is None and sys.stdin.isatty()):
-            translator = load_translator(model, device, precision, full_vocab=full_vocab, int8=int8)
+            translator = load_translator(
+                model, device, precision, full_vocab=full_vocab, int8=int8, workers=workers
+            )
             _check_head(head, translator)
             _interactive(
                 translator,
@@ -152,7 +156,9 @@ def translate(
         lines = list(sentences) if sentences else read_lines(input_)
         if attention_plot is not None:
             check_plot_paths(attention_plot, len(lines))
-        translator = load_translator(model, device, precision, full_vocab=full_vocab, int8=int8)
+        translator = load_translator(
+            model, device, precision, full_vocab=full_vocab, int8=int8, workers=workers
+        )
         _check_head(head, translator)
         out = translator.translate(
             lines,
@@ -286,6 +292,7 @@ def eval_(
     precision: PrecisionOpt = "fp32",
     full_vocab: FullVocabOpt = False,
     int8: Int8Opt = False,
+    workers: WorkersOpt = 1,
     lowercase: Annotated[
         bool, typer.Option("--lowercase", help="Case-insensitive scores (sacrebleu -lc).")
     ] = False,
@@ -336,7 +343,9 @@ def eval_(
             check_output(output, "--output", model_inputs(model) + given_files)
         metrics = [m for m, on in (("bleu", bleu), ("chrf", chrf)) if on] or ["bleu"]
         given = read_test_set(src, ref) if src is not None and ref is not None else None
-        translator = load_translator(model, device, precision, full_vocab=full_vocab, int8=int8)
+        translator = load_translator(
+            model, device, precision, full_vocab=full_vocab, int8=int8, workers=workers
+        )
         sets = choose_test_sets(
             translator.config, translator.run_dir, given=given, other=other, other_path=tests_of
         )

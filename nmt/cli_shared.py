@@ -80,6 +80,15 @@ Int8Opt = Annotated[
         "layer (nmt.int8; faster, BLEU a little different).",
     ),
 ]
+WorkersOpt = Annotated[
+    int,
+    typer.Option(
+        "--workers",
+        help="CPU: decode the batches in N processes of (threads / N) threads each; faster "
+        "for files on small machines, greedy search above all (nmt.workers).",
+        metavar="N",
+    ),
+]
 ProgressOpt = Annotated[
     bool | None,
     typer.Option(
@@ -143,6 +152,7 @@ def load_translator(
     *,
     full_vocab: bool = False,
     int8: bool = False,
+    workers: int = 1,
 ) -> Translator:
     """The model(s) `--model` names (runs/latest without one; several: an ensemble), with
     warnings (long inputs cut) as `warning:` lines on stderr."""
@@ -155,6 +165,7 @@ def load_translator(
         log=warn,
         shortlist=not full_vocab,
         int8=int8,
+        workers=workers,
     )
 
 

@@ -32,6 +32,7 @@ from nmt.runtime import Precision, autocast
 from nmt.search import Decodable, Hypothesis, check_decode_args, decode
 from nmt.text import clean_input, fill_unknowns
 from nmt.tokenizer import EOS_PIECE, UNK_ID, SourcePieces
+from nmt.workers import check_workers, pool
 
 if TYPE_CHECKING:
     from nmt.tokenizer import Tokenizer
@@ -95,7 +96,9 @@ class Translator:
         path: Path | None,
         log: Callable[[str], None],
         laid: bool = False,
+        workers: int = 1,
     ) -> None:
+        check_workers(workers, device)
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
@@ -105,6 +108,7 @@ class Translator:
         self.log = log
         # A laid-out model (`nmt.laid_out`) runs its bf16 products itself, outside autocast.
         self.autocast_precision: Precision = "fp32" if laid else precision
+        self.workers = workers  # processes that decode a call's batches (`nmt.workers`)
 
     @classmethod
     def from_checkpoint(
@@ -116,6 +120,7 @@ class Translator:
         log: Callable[[str], None] = _warn,
         shortlist: bool = True,
         int8: bool = False,
+        workers: int = 1,
     ) -> Translator:
         """Load a checkpoint file, a run directory (averaged.pt, else best.pt, else last.pt),
         or with nothing given the most recently trained run (`runs/latest`). A list of
@@ -127,9 +132,11 @@ class Translator:
         slightly either way. `log` receives warnings (long inputs cut); by default they are
         Python warnings. `shortlist=False` decodes over the whole vocabulary even where the
         checkpoint has a shortlist (`nmt.shortlist`). `int8=True` (CPU) gives the models int8
-        weights (`nmt.int8`).
+        weights (`nmt.int8`). `workers` > 1 (CPU) decodes the batches of each `translate`
+        call in that many processes (`nmt.workers`).
         """
         dev = runtime.resolve_device(device, setting="--device")
+        check_workers(workers, dev)  # before loading anything
         prec = runtime.resolve_precision(precision, dev, setting="--precision")
         runtime.configure_device(dev)  # TF32 as in training, so that scores agree
         paths: list[str | Path | None]
@@ -162,6 +169,7 @@ class Translator:
             path=first.path,
             log=log,
             laid=laid,
+            workers=workers,
         )
 
     @property
@@ -220,16 +228,20 @@ class Translator:
         todo.sort(key=lambda i: len(ready[i].pieces.ids), reverse=True)
         batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
         out = [_empty(s.sentence) for s in ready]
-        for rows in _progress(batches, enabled=progress, total=len(todo)):
-            hyps, reread = self._search(
-                [ready[r].pieces.ids for r in rows],
-                beam=beam,
-                nbest=nbest,
-                shares=with_copy_shares,
-                heads=with_heads,
+
+        def search(rows: list[int]) -> tuple[list[list[Hypothesis]], list[Reread]]:
+            ids = [ready[r].pieces.ids for r in rows]
+            return self._search(
+                ids, beam=beam, nbest=nbest, shares=with_copy_shares, heads=with_heads
             )
-            for r, sentence_hyps, (copied, heads) in zip(rows, hyps, reread, strict=True):
-                out[r] = self._translation(ready[r], sentence_hyps, copied=copied, heads=heads)
+
+        workers = min(self.workers, len(batches))  # one batch: no process to start
+        with pool(search, max(workers, 1)) as mapped:  # before the bar: it starts a thread
+            found = mapped(batches)
+            bar = _progress(batches, enabled=progress, total=len(todo))
+            for rows, (hyps, again) in zip(bar, found, strict=True):
+                for r, sentence_hyps, (copied, heads) in zip(rows, hyps, again, strict=True):
+                    out[r] = self._translation(ready[r], sentence_hyps, copied=copied, heads=heads)
         return out
 
     def _search(

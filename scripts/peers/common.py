@@ -184,9 +184,10 @@ def previous_run(out: Path, flag: str) -> dict[str, Any]:
 
 def previous_result(args: argparse.Namespace, name: str) -> Result:
     """`name`'s training figures from --out's previous run (`args.again`), its decodings
-    cleared."""
+    cleared: the row of that name, or of that name decoded another way ("NAME, int8
+    decoding")."""
     for r in previous_run(args.out, args.again)["results"]:
-        if r["name"] == name:
+        if r["name"] == name or r["name"].startswith(f"{name}, "):
             return Result(**{**r, "decode": {}, "curve": []})
     raise SystemExit(f"{args.again}: {args.out} holds no {name} run")
 

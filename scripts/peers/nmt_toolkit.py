@@ -4,7 +4,8 @@ runs it), fp16 on a GPU. Trained with `nmt train` on the reference config, decod
 in the precision it trained in; under `--int8` with int8 weights and its float parts in fp32
 (`nmt translate --int8`'s default): with every large product in int8, bf16 autocast only
 adds casts (session 19, validation, bf16-trained model: greedy 0.82 s against 0.93, beam 5
-2.60 against 2.71, `scripts/bench_translate.py --variants int8,int8+bf16`).
+2.60 against 2.71, `scripts/bench_translate.py --variants int8,int8+bf16`); under
+`--decode-workers N` in N worker processes (`nmt.workers`).
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
             continue
         run_dir = args.work / name
         suffix = ", int8 decoding" if args.int8 else ""
-        if args.redecode:  # the previous run's model, decoded again
-            r = previous_result(args, f"nmt {precision}{suffix}")
+        if args.decode_workers > 1:
+            suffix += f", {args.decode_workers} decoding workers"
+        if args.redecode:  # the previous run's model, decoded again (any way it was before)
+            r = previous_result(args, f"nmt {precision}")
             r.name = f"nmt {precision}"
         else:
             print(f"training {name} ...", flush=True)
@@ -114,8 +117,10 @@ def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path
 NMT_DECODE = """
 import json, sys, time
 from nmt.translate import Translator
-model, src, out, beam, precision, int8 = sys.argv[1:7]
-tr = Translator.from_checkpoint(model, "auto", precision=precision, int8=int8 == "int8")
+model, src, out, beam, precision, int8, workers = sys.argv[1:8]
+tr = Translator.from_checkpoint(
+    model, "auto", precision=precision, int8=int8 == "int8", workers=int(workers)
+)
 lines = open(src, encoding="utf-8").read().splitlines()
 start = time.perf_counter()
 hyps = tr.translate(lines, beam=int(beam), batch_size=64)
@@ -144,6 +149,7 @@ def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Nam
             str(beam),
             precision,
             "int8" if args.int8 else "float",
+            str(args.decode_workers),
         ]
         times = repeated(args.decode_repeats, cmd, DECODE_TIME)
         hyps = out.read_text(encoding="utf-8").splitlines()
