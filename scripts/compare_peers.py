@@ -72,6 +72,7 @@ from peers.common import (  # noqa: E402
     Result,
     Shared,
     encode_pieces,
+    kept_rows,
     previous_run,
     sh,
 )
@@ -346,9 +347,8 @@ def main() -> None:
         sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
     base = next((r for r in results if r.name == opennmt.NAME), None)
 
-    if args.again:  # the rows not run again, as the previous run left them
-        kept = previous_run(args.out, args.again)["results"]
-        results += [Result(**r) for r in kept if r["name"] not in {x.name for x in results}]
+    if args.again:
+        results += kept_rows(results, args.out, args.again)
     print()
     print(table(results, base, limits))
     for line in missing(results, limits):

@@ -8,6 +8,7 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import compare_peers  # noqa: E402
 from peers import limit as limit_mod  # noqa: E402
 from peers import nmt_toolkit  # noqa: E402
-from peers.common import DECODINGS, Result  # noqa: E402
+from peers.common import DECODINGS, Result, kept_rows  # noqa: E402
 from peers.limit import Limit, Product, limit, limit_key, product_of, step_products  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
@@ -175,6 +176,18 @@ def test_table_fills_every_cell_it_can_and_says_why_for_the_others():
     with_gpu = {**limits, "cuda fp16": _limit("fp16", "cuda", 100_000.0)}
     assert "50% of cuda fp16" in compare_peers.table([fp16], None, with_gpu)
     assert compare_peers.missing([onmt, fp32, fp16], with_gpu) == []
+
+
+def test_decoding_again_another_way_replaces_the_models_rows(tmp_path):
+    """`--redecode --decode-workers 2` over a run decoded without workers: the models decoded
+    again lose their old rows (no stale decodings beside the new ones), the others stay."""
+    old = [Result(name=n, tokens_per_s=1.0) for n in ("OpenNMT-py 3.5.1", "nmt fp32", "nmt bf16")]
+    old[1].name += ", int8 decoding"
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps({"limits": {}, "results": [asdict(r) for r in old]}))
+    new = [Result(name="nmt fp32, int8 decoding, 2 decoding workers", tokens_per_s=1.0)]
+    kept = kept_rows(new, out, "--redecode")
+    assert [r.name for r in kept] == ["OpenNMT-py 3.5.1", "nmt bf16"]
 
 
 def test_previous_limits_read_runs_written_before_gpus(tmp_path):

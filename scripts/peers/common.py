@@ -182,14 +182,27 @@ def previous_run(out: Path, flag: str) -> dict[str, Any]:
     return run
 
 
+def model_of(name: str) -> str:
+    """A row's model: its name less how it decoded ("nmt fp32, int8 decoding" -> "nmt fp32")."""
+    return name.split(", ")[0]
+
+
 def previous_result(args: argparse.Namespace, name: str) -> Result:
     """`name`'s training figures from --out's previous run (`args.again`), its decodings
-    cleared: the row of that name, or of that name decoded another way ("NAME, int8
-    decoding")."""
+    cleared: the row of that model, however it decoded then."""
     for r in previous_run(args.out, args.again)["results"]:
-        if r["name"] == name or r["name"].startswith(f"{name}, "):
+        if model_of(r["name"]) == name:
             return Result(**{**r, "decode": {}, "curve": []})
     raise SystemExit(f"{args.again}: {args.out} holds no {name} run")
+
+
+def kept_rows(results: list[Result], out: Path, flag: str) -> list[Result]:
+    """The rows of `out`'s previous run (decoding again, as `flag` asks) whose model was not
+    run again, as that run left them; a model decoded again another way ("nmt fp32, int8
+    decoding" now, "nmt fp32" then) is not kept twice."""
+    again = {model_of(r.name) for r in results}
+    rows = previous_run(out, flag)["results"]
+    return [Result(**r) for r in rows if model_of(r["name"]) not in again]
 
 
 def repeated(times: int, cmd: list[str], own: re.Pattern, **kw: Any) -> dict[str, Any]:
