@@ -3,17 +3,17 @@
 
 Why: a decoding step of an RNN model on a CPU is some fifty small operators, each a few
 microseconds of dispatch and a few of arithmetic at 64 sentences, and spreading each one
-over the cores' threads gains little: on 2 cores of a Xeon, 2 threads decoded
-test_2016_flickr greedily 1.38× faster than 1 thread, while 2 processes of 1 thread each,
-each decoding half of the batches, finished 1.95× faster than one of them alone would have
-(docs/benchmarks.md, session 26). So N workers of cores/N threads each take one batch at a
-time, as Marian's CPU decoder runs its `--cpu-threads` workers. The gain is largest for
-greedy search, whose steps are the smallest; beam search's products are 5× larger and use
-their threads well.
+over the cores' threads gains little. On 2 cores of a Xeon with AMX, greedy int8 decoding of
+test_2016_flickr took 0.83 s with 2 threads, and 0.52 and 0.59 s in two processes of 1
+thread each decoding half of the batches side by side. So N workers of cores/N threads each
+take one batch at a time, as Marian's CPU decoder runs its `--cpu-threads` workers. Through
+`scripts/compare_peers.py --decode-workers 2` (fresh processes, medians of five): greedy 1.01
+→ 0.76 s, beam 5 3.40 → 3.06 (docs/benchmarks.md, session 26). Beam search gains less: its
+products are 5× larger and use their threads well.
 
 How: the workers are forked from the process that loaded the model, so they share its
 weights (copy-on-write, never written) and start in milliseconds; each sets its own thread
-count, as PyTorch's DataLoader workers do (a forked OpenMP runtime is safe with it). They
+count first, as PyTorch's forked DataLoader workers do. They
 are started before anything else in the parent has a thread of its own (the progress bar's).
 Batches go out one at a time, so a worker that finishes early takes the next, and results
 come back in batch order. Tensors in a result travel by value as numpy arrays: pickled the
