@@ -235,8 +235,8 @@ class Translator:
                 ids, beam=beam, nbest=nbest, shares=with_copy_shares, heads=with_heads
             )
 
-        workers = min(self.workers, len(batches))  # one batch: no process to start
-        with pool(search, max(workers, 1)) as mapped:  # before the bar: it starts a thread
+        # no more processes than batches (one batch: none started); before the bar's thread
+        with pool(search, max(1, min(self.workers, len(batches)))) as mapped:
             found = mapped(batches)
             bar = _progress(batches, enabled=progress, total=len(todo))
             for rows, (hyps, again) in zip(bar, found, strict=True):
