@@ -64,9 +64,13 @@ def from_sigmoid(scores: Tensor, v_sum: Tensor) -> Tensor:
     return scores * 2 - v_sum
 
 
-def weighted_sum(weights: Tensor, values: Tensor) -> Tensor:
+def weighted_sum(weights: Tensor, values: Tensor, group: int = 1) -> Tensor:
     """The context: weights (B, [T,] S) over values (B, S, Dv) -> (B, [T,] Dv), in the
-    values' dtype (float32 weights are cast for the product)."""
+    values' dtype (float32 weights are cast for the product). group: weights (B·G, S) are
+    G rows a sentence of values (B, S, Dv) (`Attention.forward`) -> (B·G, Dv)."""
+    if weights.dim() == 2 and group > 1:
+        grouped = weights.view(values.size(0), group, -1)  # (B, G, S)
+        return torch.bmm(grouped.to(values.dtype), values).flatten(0, 1)  # (B·G, Dv)
     if weights.dim() == 2:
         return torch.bmm(weights.unsqueeze(1).to(values.dtype), values).squeeze(1)  # (B, Dv)
     return torch.bmm(weights.to(values.dtype), values)  # (B, T, Dv)
@@ -102,6 +106,7 @@ class Attention(nn.Module):
         mask: Tensor,
         first: int = 0,
         heads: bool = False,
+        group: int = 1,
     ) -> tuple[Tensor, Tensor]:
         """Attend from one step or all steps to the source.
 
@@ -112,7 +117,14 @@ class Attention(nn.Module):
         Returns context (B, [T,] Dv) in the values' dtype and float32 weights (B, [T,] S)
         that are exactly zero on padding (and outside a local window) and sum to 1 over the
         rest. heads=True: the weights of each head, (B, H, [T,] S) (here H = 1).
+
+        group: for one step, the query's rows are `group` consecutive hypotheses of each of
+        the B sentences the keys, values and mask hold (beam search, `Encoded.beams`): query
+        (B·G, Dq) is scored as G queries a sentence at position `first`, and the results come
+        back one row per query, (B·G, Dv) and (B·G, [H,] S).
         """
+        if query.dim() == 2 and group > 1:
+            return self._grouped(query, proj_keys, values, mask, first, heads, group)
         one_step = query.dim() == 2
         if one_step:
             query = query.unsqueeze(1)  # (B, 1, Dq)
@@ -128,21 +140,46 @@ class Attention(nn.Module):
             return context.squeeze(1), weights.squeeze(-2)  # (B, Dv), (B, [H,] S)
         return context, weights
 
+    def _grouped(
+        self,
+        query: Tensor,
+        proj_keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        first: int,
+        heads: bool,
+        group: int,
+    ) -> tuple[Tensor, Tensor]:
+        """`forward` for one step of G = `group` hypotheses a sentence: query (B·G, Dq)."""
+        B = mask.size(0)
+        queries = query.view(B, group, -1)  # (B, G, Dq)
+        scores = self.score(queries, proj_keys)  # (B, [H,] G, S)
+        # the G queries share one target position: local-m's window is the step's
+        scores, allowed = self.scoped(scores, queries, mask, first, same_step=True)
+        weights = masked_softmax(scores, allowed)  # (B, [H,] G, S) float32
+        context = self.context(weights, proj_keys, values)  # (B, G, Dv)
+        if weights.dim() == 4:  # heads: each query's (H, S) together
+            weights = weights.transpose(1, 2) if heads else weights.mean(1)  # (B, G, [H,] S)
+        elif heads:
+            weights = weights.unsqueeze(2)  # (B, G, 1, S) one head
+        return context.flatten(0, 1), weights.flatten(0, 1)  # (B·G, Dv), (B·G, [H,] S)
+
     def context(self, weights: Tensor, proj_keys: Tensor, values: Tensor) -> Tensor:
         """The weighted average of the values: weights (B, T, S) -> (B, T, Dv)."""
         return weighted_sum(weights, values)
 
     def scoped(
-        self, scores: Tensor, query: Tensor, mask: Tensor, first: int
+        self, scores: Tensor, query: Tensor, mask: Tensor, first: int, same_step: bool = False
     ) -> tuple[Tensor, Tensor]:
         """The scores and where they may go, under the scope: scores (B, [H,] T, S), query
         (B, T, Dq), mask (B, S) -> the scores plus local-p's Gaussian term, and a bool mask
         that broadcasts to them, True on real positions (inside the window, for a local
-        scope). Heads share one window."""
+        scope). Heads share one window. same_step: the T queries are all at position
+        `first` (hypotheses of one step), not at first, first + 1, ..."""
         if self.scope is None:
             allowed = mask.unsqueeze(1)  # (B, 1, S)
             return scores, allowed if scores.dim() == 3 else allowed.unsqueeze(1)  # (B, 1, 1, S)
-        bias, window = self.scope(query, mask, first)  # (B, T, S) float32 or None, bool
+        bias, window = self.scope(query, mask, first, same_step)  # (B, T|1, S) float32|None, bool
         if scores.dim() == 4:  # heads share the window: (B, 1, T, S)
             bias = None if bias is None else bias.unsqueeze(1)
             window = window.unsqueeze(1)

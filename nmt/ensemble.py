@@ -38,6 +38,9 @@ class EnsembleEncoded:
     def select(self, index: Tensor) -> EnsembleEncoded:
         return EnsembleEncoded([p.select(index) for p in self.parts])
 
+    def beams(self, k: int) -> EnsembleEncoded:
+        return EnsembleEncoded([p.beams(k) for p in self.parts])
+
 
 @dataclass
 class EnsembleState:

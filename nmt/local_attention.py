@@ -66,20 +66,26 @@ class LocalScope(nn.Module):
         self.w_p = nn.Linear(query_size, query_size, bias=False) if predictive else None
         self.v_p = nn.Linear(query_size, 1, bias=False) if predictive else None
 
-    def centres(self, query: Tensor, lengths: Tensor, first: int) -> Tensor:
-        """p_t for each query: query (B, T, Dq), lengths (B,) -> (B, T) float32."""
+    def centres(
+        self, query: Tensor, lengths: Tensor, first: int, same_step: bool = False
+    ) -> Tensor:
+        """p_t for each query: query (B, T, Dq), lengths (B,) -> (B, T) float32; local-m's
+        (B, 1) where the T queries are all at position `first` (same_step)."""
         if self.w_p is None or self.v_p is None:
-            return centres_monotonic(lengths, first, query.size(1))
+            return centres_monotonic(lengths, first, 1 if same_step else query.size(1))
         u = torch.tanh(onednn.layer(self.w_p, query))  # (B, T, Dq)
         share = torch.sigmoid(self.v_p(u)).squeeze(-1)  # (B, T)
         return share.float() * (lengths - 1).clamp(min=0).float().unsqueeze(1)  # (B, T)
 
-    def forward(self, query: Tensor, mask: Tensor, first: int) -> tuple[Tensor | None, Tensor]:
+    def forward(
+        self, query: Tensor, mask: Tensor, first: int, same_step: bool = False
+    ) -> tuple[Tensor | None, Tensor]:
         """query (B, T, Dq), mask (B, S) bool -> what `Attention.scoped` adds to the scores
         ((B, T, S) float32, local-p's Gaussian term; None for local-m) and the window
-        (B, T, S) bool."""
+        (B, T, S) bool ((B, 1, S) for local-m's same_step: see `centres`)."""
         lengths = mask.sum(-1)  # (B,) real lengths, from the mask: no host sync
-        window, offsets = window_mask(self.centres(query, lengths, first), mask, self.width)
+        centres = self.centres(query, lengths, first, same_step)  # (B, T|1)
+        window, offsets = window_mask(centres, mask, self.width)
         if self.kind == "local_m":
             return None, window
         return -(offsets**2) / (2 * self.sigma**2), window  # (B, T, S)

@@ -293,8 +293,8 @@ class Seq2Seq(nn.Module):
         if self.copy_gate is None:
             return logits, state, weights
         assert enc.src is not None
-        gate = self.copy_gate(pre, weighted_sum(weights, enc.states), emb)  # (B,)
-        return mixture_log_probs(logits, gate, weights, enc.src), state, weights
+        gate = self.copy_gate(pre, weighted_sum(weights, enc.states, enc.group), emb)  # (B,)
+        return mixture_log_probs(logits, gate, weights, enc.rows(enc.src)), state, weights
 
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor, heads: bool = False) -> Output:
         """Teacher forcing: src (B, S) int64, src_lens (B,) int64 CPU, tgt_in (B, T) int64

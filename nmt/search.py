@@ -57,7 +57,10 @@ def check_decode_args(*, beam: int, nbest: int = 1, batch_size: int = 1) -> None
 
 class Decodable(Protocol):
     """What the searches use of a model (`nmt.model.Seq2Seq`, `nmt.ensemble.Ensemble`, the
-    tests' tables): `encode` and `init_state` return objects with `select(index)`."""
+    tests' tables): `encode` and `init_state` return objects with `select(index)`, and what
+    `encode` returns has `beams(k)`: the same sentences, each then serving k consecutive
+    rows of the decoder state (beam search's hypotheses), its `select` still picking
+    sentences."""
 
     def encode(self, src: Tensor, src_lens: Tensor) -> Any: ...
 
@@ -366,7 +369,7 @@ def beam_search(
         cols = _Columns.of(enc)
         expand = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,)
         state = model.init_state(enc).select(expand)
-        enc = enc.select(expand)
+        enc = enc.beams(K)  # a sentence's K rows share its encoding: no copies
         limits = max_lengths(src_lens, max_len_ratio=max_len_ratio, max_len_const=max_len_const)
         n_ended = torch.zeros(B, dtype=torch.long)  # CPU: finished hypotheses per sentence
         alive = torch.arange(B)  # (Ba,) CPU: which sentence each group of K rows decodes
@@ -420,7 +423,7 @@ def beam_search(
                 dev_keep = _to(keep, device)
                 row_keep = _to((keep.unsqueeze(1) * K + torch.arange(K)).view(-1), device)
                 alive = alive[keep]
-                enc = enc.select(row_keep)  # a sentence's K rows are equal: no reorder needed
+                enc = enc.select(dev_keep)  # sentences; no reorder: a sentence's rows share it
                 scores = scores[dev_keep]
                 new_rows, new_tok = new_rows[row_keep], new_tok[row_keep]
                 tokens_next, attn_next = tokens_next[row_keep], attn_next[row_keep]

@@ -29,7 +29,7 @@ class TablesModel(TableModel):
 
     def step(self, prev, state, enc: TableEncoded):
         logits, state, attn = super().step(prev, state, enc)
-        return self.tables[enc.which, prev], state, attn
+        return self.tables[enc.rows(enc.which), prev], state, attn
 
 
 def _smooth(tables: Tensor) -> Tensor:

@@ -69,9 +69,16 @@ class TableEncoded:
     which: Tensor  # (B,) the table each sentence decodes with
     lens: Tensor  # (B,)
     width: int  # S, the padded source length
+    group: int = 1  # decoder rows per sentence (beam search's K)
 
     def select(self, index: Tensor) -> TableEncoded:
-        return TableEncoded(self.which[index], self.lens[index], self.width)
+        return TableEncoded(self.which[index], self.lens[index], self.width, self.group)
+
+    def beams(self, k: int) -> TableEncoded:
+        return TableEncoded(self.which, self.lens, self.width, self.group * k)
+
+    def rows(self, x: Tensor) -> Tensor:
+        return x.repeat_interleave(self.group)  # (B*group,)
 
 
 @dataclass
@@ -96,8 +103,9 @@ class TableModel:
     def step(
         self, prev: Tensor, state: TableState, enc: TableEncoded
     ) -> tuple[Tensor, TableState, Tensor]:
-        logits = TABLES[enc.which, prev]  # (B, V)
-        attn = torch.nn.functional.one_hot(state.steps % enc.lens, enc.width).float()  # (B, S)
+        which, lens = enc.rows(enc.which), enc.rows(enc.lens)  # (B*group,)
+        logits = TABLES[which, prev]  # (B*group, V)
+        attn = torch.nn.functional.one_hot(state.steps % lens, enc.width).float()  # (B*group, S)
         return logits, TableState(state.steps + 1), attn
 
 
