@@ -37,10 +37,11 @@ toolkits' own translation time (model loading excluded) and the whole command's,
 fresh process as a user runs it; `--decode-repeats N` runs each command N times and reports
 the medians (one cold run moves by ±20 % here), and `--redecode` decodes the previous run's
 models again without training (its training figures and limits kept from --out).
-`--int8` and `--decode-workers N` decode nmt's rows as `nmt translate --int8 --workers N`
-would (int8 weights; N worker processes of cores / N threads each), the peers as they do by
-default (OpenNMT-py: one process, torch's threads). BLEU is
-sacrebleu's on detokenized (sentencepiece-decoded) output against the raw references.
+`--int8`, `--decode-precision P` and `--decode-workers N` decode nmt's rows as `nmt
+translate --int8 --precision P --workers N` would (int8 weights; P instead of the precision
+each row trained in; N worker processes of cores / N threads each), the peers as they do by
+default (OpenNMT-py: one process, torch's threads). BLEU is sacrebleu's on detokenized
+(sentencepiece-decoded) output against the raw references.
 
 The peers are installed, once, into their own virtual environments under --work (default
 ~/.cache/nmt-peers, outside the repository), with the torch of this environment's version.
@@ -77,6 +78,7 @@ from peers.common import (  # noqa: E402
     sh,
 )
 from peers.limit import Limit, cpu_flags, cpu_name, limit, limit_key  # noqa: E402
+from peers.options import check_decoding, decoding_arguments  # noqa: E402
 
 from nmt.config import load_config  # noqa: E402
 from nmt.display import save_figure  # noqa: E402
@@ -197,41 +199,6 @@ def plot(results: list[Result], path: Path, minutes: float) -> None:
     plt.close(fig)
 
 
-def _decoding_arguments(ap: argparse.ArgumentParser) -> None:
-    """The options of how the rows decode and whether they train first."""
-    ap.add_argument(
-        "--redecode-onmt",
-        action="store_true",
-        help="decode OpenNMT-py's checkpoints of the previous run again (no training); the "
-        "other rows are kept from --out",
-    )
-    ap.add_argument(
-        "--redecode",
-        action="store_true",
-        help="decode every asked-for row's model of the previous run again (no training); "
-        "training figures are kept from --out",
-    )
-    ap.add_argument(
-        "--decode-repeats",
-        type=argtypes.whole(1),
-        default=1,
-        help="run each decoding command N times (fresh processes) and report the median",
-    )
-    ap.add_argument(
-        "--int8",
-        action="store_true",
-        help="nmt's rows decode with int8 weights (nmt translate --int8; CPU only)",
-    )
-    ap.add_argument(
-        "--decode-workers",
-        type=argtypes.whole(1),
-        default=1,
-        metavar="N",
-        help="nmt's rows decode in N worker processes of (cores / N) threads each (nmt "
-        "translate --workers N; CPU only); the peers decode as they do",
-    )
-
-
 def _arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--minutes", type=argtypes.minutes, default=4.0, help="training time of each")
@@ -260,7 +227,7 @@ def _arguments() -> argparse.Namespace:
         "--curve", type=argtypes.whole(1), default=0, help="learning curve: a point every N updates"
     )
     ap.add_argument("--plot", type=Path, help="draw the learning curves to FILE.png")
-    _decoding_arguments(ap)
+    decoding_arguments(ap)
     ap.add_argument(
         "--only",
         default="nmt-fp32,nmt-bf16,nmt-fp16,opennmt-py,joeynmt",
@@ -272,10 +239,7 @@ def _arguments() -> argparse.Namespace:
     args.again = "--redecode" if args.redecode else "--redecode-onmt" if args.redecode_onmt else ""
     if not (args.data / "train.en").is_file():
         ap.error(f"--data {args.data}: no train.en there; expected Multi30k's files")
-    if args.int8 and torch.cuda.is_available():
-        ap.error("--int8: int8 decoding is for CPUs; this machine decodes on its GPU")
-    if args.decode_workers > 1 and torch.cuda.is_available():
-        ap.error("--decode-workers: worker processes decode on CPUs; this machine has a GPU")
+    check_decoding(ap, args)
     known = [key for adapter in ADAPTERS for key in adapter.KEYS]
     unknown = set(args.only.split(",")) - set(known)
     if unknown:

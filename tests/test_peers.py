@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
@@ -224,3 +225,50 @@ def test_limit_cli_refuses_bad_input_in_one_line(args, says):
 def test_an_fp16_row_on_a_cpu_is_skipped_with_a_word(capsys):
     assert nmt_toolkit.run_all(argparse.Namespace(), None, {"nmt-fp16"}) == []  # type: ignore[arg-type]
     assert "nmt fp16: skipped: fp16 is for GPUs" in capsys.readouterr().out
+
+
+def test_nmt_rows_decode_in_the_precision_asked_for(tmp_path, monkeypatch):
+    """`--decode-precision bf16`: the fp32-trained model decodes with `--precision bf16` and
+    its row says so; without it a row decodes in the precision it trained in."""
+    seen: list[list[str]] = []
+
+    def fake_repeated(times, cmd, own, **kw):
+        seen.append(cmd)
+        Path(cmd[5]).write_text("x\n")  # the hypotheses file
+        return {"seconds": 1.0}
+
+    monkeypatch.setattr(nmt_toolkit, "repeated", fake_repeated)
+    monkeypatch.setattr(nmt_toolkit, "scores", lambda hyps, data: {})
+    monkeypatch.setattr(
+        nmt_toolkit, "previous_result", lambda args, name: Result(name=name, tokens_per_s=1.0)
+    )
+    for asked, want, name in (
+        (None, "fp32", "nmt fp32"),
+        ("bf16", "bf16", "nmt fp32, bf16 decoding"),
+    ):
+        seen.clear()
+        args = argparse.Namespace(int8=False, decode_precision=asked, curve=False, redecode=True)
+        args.work = args.data = tmp_path
+        args.decode_workers, args.decode_repeats = 1, 1
+        (row,) = nmt_toolkit.run_all(args, None, {"nmt-fp32"})  # type: ignore[arg-type]
+        assert row.name == name
+        assert [cmd[7] for cmd in seen] == [want] * len(DECODINGS)
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--int8", "--decode-precision", "bf16"], "--int8 and --decode-precision:"),
+        (["--decode-precision", "fp16"], "--decode-precision: invalid choice: 'fp16'"),
+    ],
+)
+def test_compare_peers_refuses_contradicting_decoding_options(tmp_path, args, says):
+    (tmp_path / "train.en").write_text("a\n")
+    proc = subprocess.run(
+        [sys.executable, "scripts/compare_peers.py", "--data", str(tmp_path), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert says in proc.stderr.strip().splitlines()[-1], proc.stderr

@@ -1,8 +1,9 @@
 """nmt itself, once per precision: fp32, bf16 where the CPU has bf16 matrix units (or a GPU
 runs it), fp16 on a GPU. Trained with `nmt train` on the reference config, decoded with
 `Translator` from the checkpoint it stopped at (a curve run: what nmt would translate with),
-in the precision it trained in; under `--int8` with int8 weights and its float parts in fp32
-(`nmt translate --int8`'s default): with every large product in int8, bf16 autocast only
+in the precision it trained in (`--decode-precision`: in that one); under `--int8` with int8
+weights and its float parts in fp32 (`nmt translate --int8`'s default): with every large
+product in int8, bf16 autocast only
 adds casts (session 19, validation, bf16-trained model: greedy 0.82 s against 0.93, beam 5
 2.60 against 2.71, `scripts/bench_translate.py --variants int8,int8+bf16`); under
 `--decode-workers N` in N worker processes (`nmt.workers`).
@@ -54,6 +55,8 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
             continue
         run_dir = args.work / name
         suffix = ", int8 decoding" if args.int8 else ""
+        if args.decode_precision and args.decode_precision != precision:
+            suffix += f", {args.decode_precision} decoding"
         if args.decode_workers > 1:
             suffix += f", {args.decode_workers} decoding workers"
         if args.redecode:  # the previous run's model, decoded again (any way it was before)
@@ -134,7 +137,7 @@ DECODE_TIME = re.compile(r'"seconds": ([\d.eE+-]+)')  # what NMT_DECODE prints
 
 
 def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Namespace) -> None:
-    precision = "fp32" if args.int8 else precision  # int8: see the docstring
+    precision = "fp32" if args.int8 else args.decode_precision or precision  # int8: above
     for label, beam in DECODINGS:
         out = args.work / f"{result.name}.{label}.hyp"
         cmd = [

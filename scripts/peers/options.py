@@ -1,0 +1,67 @@
+"""compare_peers.py's options of how the rows decode (`--int8`, `--decode-precision`,
+`--decode-workers`, ...) and whether they train first (`--redecode`), and the check that
+they fit together and this machine."""
+
+from __future__ import annotations
+
+import argparse
+
+import argtypes
+import torch
+
+from nmt.runtime import cpu_has_bf16_matmul
+
+
+def decoding_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of how the rows decode and whether they train first."""
+    ap.add_argument(
+        "--redecode-onmt",
+        action="store_true",
+        help="decode OpenNMT-py's checkpoints of the previous run again (no training); the "
+        "other rows are kept from --out",
+    )
+    ap.add_argument(
+        "--redecode",
+        action="store_true",
+        help="decode every asked-for row's model of the previous run again (no training); "
+        "training figures are kept from --out",
+    )
+    ap.add_argument(
+        "--decode-repeats",
+        type=argtypes.whole(1),
+        default=1,
+        help="run each decoding command N times (fresh processes) and report the median",
+    )
+    ap.add_argument(
+        "--int8",
+        action="store_true",
+        help="nmt's rows decode with int8 weights (nmt translate --int8; CPU only)",
+    )
+    ap.add_argument(
+        "--decode-precision",
+        choices=("fp32", "bf16"),
+        help="nmt's rows decode in this precision (nmt translate --precision), whatever they "
+        "trained in; bf16 lays the weights out for the CPU's bf16 matrix units",
+    )
+    ap.add_argument(
+        "--decode-workers",
+        type=argtypes.whole(1),
+        default=1,
+        metavar="N",
+        help="nmt's rows decode in N worker processes of (cores / N) threads each (nmt "
+        "translate --workers N; CPU only); the peers decode as they do",
+    )
+
+
+def check_decoding(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """One `ap.error` (a line, exit 2) where the decoding options contradict each other or
+    this machine."""
+    gpu = torch.cuda.is_available()
+    if args.int8 and gpu:
+        ap.error("--int8: int8 decoding is for CPUs; this machine decodes on its GPU")
+    if args.int8 and args.decode_precision:
+        ap.error("--int8 and --decode-precision: int8 decoding keeps its float parts in fp32")
+    if args.decode_precision == "bf16" and not gpu and not cpu_has_bf16_matmul():
+        ap.error("--decode-precision bf16: this CPU has no bf16 matrix units (AVX512-BF16, AMX)")
+    if args.decode_workers > 1 and gpu:
+        ap.error("--decode-workers: worker processes decode on CPUs; this machine has a GPU")
