@@ -19,6 +19,7 @@ from nmt.search import (
     Hypothesis,
     LengthPenalty,
     SearchResult,
+    _top,
     beam_search,
     greedy,
     normalise,
@@ -422,3 +423,24 @@ def test_search_never_emits_pad_or_bos_even_when_they_are_likeliest(search):
     # The words come from the tables as without the specials.
     without = run_greedy([0], [3]) if search == "greedy" else run_beam([0], [3], beam=3)
     assert result.best[0].tokens == without.best[0].tokens
+
+
+@pytest.mark.parametrize("kind", ["distinct", "ties", "mostly_minus_inf"])
+@pytest.mark.parametrize("columns", [5 * 64 * 9, 5 * 64 * 40, 5 * 64 * 4, 5 * 100])
+def test_two_stage_top_k_gives_top_ks_values_and_their_columns(kind: str, columns: int) -> None:
+    """`_top` (blocks' maxima first) against `topk`: the same values in the same order, and
+    columns that hold them; with ties (bf16 logits repeat values), any columns that do; rows
+    of -inf (beam search's empty beams), a width that is no whole number of blocks
+    (`topk` itself) and one with too few blocks to gain."""
+    gen = torch.Generator().manual_seed(columns)
+    cand = torch.randn(7, columns, generator=gen)
+    if kind == "ties":
+        cand = cand.mul(2).round()  # a few values, each many times
+    elif kind == "mostly_minus_inf":
+        cand[:, columns // 3 :] = -math.inf
+        cand[0] = -math.inf  # a row with nothing finite
+    top, idx = _top(cand, 10)
+    want, _ = cand.topk(10, dim=1)
+    assert torch.equal(top, want)
+    assert torch.equal(cand.gather(1, idx), top)
+    assert all(len(set(row)) == 10 for row in idx.tolist())  # ten different columns a row
