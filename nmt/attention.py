@@ -69,7 +69,7 @@ def weighted_sum(weights: Tensor, values: Tensor, group: int = 1) -> Tensor:
     values' dtype (float32 weights are cast for the product). group: weights (B·G, S) are
     G rows a sentence of values (B, S, Dv) (`Attention.forward`) -> (B·G, Dv)."""
     if weights.dim() == 2 and group > 1:
-        grouped = weights.view(values.size(0), group, -1)  # (B, G, S)
+        grouped = weights.reshape(values.size(0), group, -1)  # (B, G, S)
         return torch.bmm(grouped.to(values.dtype), values).flatten(0, 1)  # (B·G, Dv)
     if weights.dim() == 2:
         return torch.bmm(weights.unsqueeze(1).to(values.dtype), values).squeeze(1)  # (B, Dv)
@@ -152,7 +152,7 @@ class Attention(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """`forward` for one step of G = `group` hypotheses a sentence: query (B·G, Dq)."""
         B = mask.size(0)
-        queries = query.view(B, group, -1)  # (B, G, Dq)
+        queries = query.reshape(B, group, -1)  # (B, G, Dq)
         scores = self.score(queries, proj_keys)  # (B, [H,] G, S)
         # the G queries share one target position: local-m's window is the step's
         scores, allowed = self.scoped(scores, queries, mask, first, same_step=True)
