@@ -68,9 +68,8 @@ def weighted_sum(weights: Tensor, values: Tensor, group: int = 1) -> Tensor:
     """The context: weights (B, [T,] S) over values (B, S, Dv) -> (B, [T,] Dv), in the
     values' dtype (float32 weights are cast for the product). group: weights (B·G, S) are
     G rows a sentence of values (B, S, Dv) (`Attention.forward`) -> (B·G, Dv)."""
-    if weights.dim() == 2 and group > 1:
-        grouped = weights.reshape(values.size(0), group, -1)  # (B, G, S)
-        return torch.bmm(grouped.to(values.dtype), values).flatten(0, 1)  # (B·G, Dv)
+    if weights.dim() == 2 and group > 1:  # as (B, G, S): G steps' weights, then a row each
+        return weighted_sum(weights.reshape(values.size(0), group, -1), values).flatten(0, 1)
     if weights.dim() == 2:
         return torch.bmm(weights.unsqueeze(1).to(values.dtype), values).squeeze(1)  # (B, Dv)
     return torch.bmm(weights.to(values.dtype), values)  # (B, T, Dv)
@@ -123,46 +122,27 @@ class Attention(nn.Module):
         (B·G, Dq) is scored as G queries a sentence at position `first`, and the results come
         back one row per query, (B·G, Dv) and (B·G, [H,] S).
         """
-        if query.dim() == 2 and group > 1:
-            return self._grouped(query, proj_keys, values, mask, first, heads, group)
         one_step = query.dim() == 2
-        if one_step:
+        grouped = one_step and group > 1  # G queries a sentence, all at position `first`
+        if grouped:
+            query = query.reshape(mask.size(0), group, -1)  # (B, G, Dq)
+        elif one_step:
             query = query.unsqueeze(1)  # (B, 1, Dq)
         scores = self.score(query, proj_keys)  # (B, [H,] T, S)
-        scores, allowed = self.scoped(scores, query, mask, first)  # mask broadcasts to scores
+        # mask broadcasts to scores; local-m's window is the step's for a group's queries
+        scores, allowed = self.scoped(scores, query, mask, first, same_step=grouped)
         weights = masked_softmax(scores, allowed)  # (B, [H,] T, S) float32
         context = self.context(weights, proj_keys, values)  # (B, T, Dv)
         if weights.dim() == 4 and not heads:
             weights = weights.mean(1)  # (B, T, S) the heads' mean
         elif weights.dim() == 3 and heads:
             weights = weights.unsqueeze(1)  # (B, 1, T, S) one head
+        if grouped:  # one row per query: (B·G, Dv), (B·G, [H,] S)
+            per_query = weights.transpose(1, 2) if heads else weights  # (B, G, [H,] S)
+            return context.flatten(0, 1), per_query.flatten(0, 1)
         if one_step:
             return context.squeeze(1), weights.squeeze(-2)  # (B, Dv), (B, [H,] S)
         return context, weights
-
-    def _grouped(
-        self,
-        query: Tensor,
-        proj_keys: Tensor,
-        values: Tensor,
-        mask: Tensor,
-        first: int,
-        heads: bool,
-        group: int,
-    ) -> tuple[Tensor, Tensor]:
-        """`forward` for one step of G = `group` hypotheses a sentence: query (B·G, Dq)."""
-        B = mask.size(0)
-        queries = query.reshape(B, group, -1)  # (B, G, Dq)
-        scores = self.score(queries, proj_keys)  # (B, [H,] G, S)
-        # the G queries share one target position: local-m's window is the step's
-        scores, allowed = self.scoped(scores, queries, mask, first, same_step=True)
-        weights = masked_softmax(scores, allowed)  # (B, [H,] G, S) float32
-        context = self.context(weights, proj_keys, values)  # (B, G, Dv)
-        if weights.dim() == 4:  # heads: each query's (H, S) together
-            weights = weights.transpose(1, 2) if heads else weights.mean(1)  # (B, G, [H,] S)
-        elif heads:
-            weights = weights.unsqueeze(2)  # (B, G, 1, S) one head
-        return context.flatten(0, 1), weights.flatten(0, 1)  # (B·G, Dv), (B·G, [H,] S)
 
     def context(self, weights: Tensor, proj_keys: Tensor, values: Tensor) -> Tensor:
         """The weighted average of the values: weights (B, T, S) -> (B, T, Dv)."""

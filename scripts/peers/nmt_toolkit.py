@@ -54,9 +54,11 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
             )
             continue
         run_dir = args.work / name
+        # int8 keeps its float parts in fp32 (see above); --decode-precision is not int8's
+        decode_in = "fp32" if args.int8 else args.decode_precision or precision
         suffix = ", int8 decoding" if args.int8 else ""
-        if args.decode_precision and args.decode_precision != precision:
-            suffix += f", {args.decode_precision} decoding"
+        if decode_in != precision and not args.int8:
+            suffix += f", {decode_in} decoding"
         if args.decode_workers > 1:
             suffix += f", {args.decode_workers} decoding workers"
         if args.redecode:  # the previous run's model, decoded again (any way it was before)
@@ -69,7 +71,7 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
             r.note = "same sentencepiece model" if same else "sentencepiece model differs!"
             if args.updates and r.steps != args.updates:
                 r.note += f"; stopped at step {r.steps}, not the {args.updates} asked for!"
-        nmt_decode(r, run_dir, precision, args)
+        nmt_decode(r, run_dir, decode_in, args)
         r.name += suffix
         results.append(r)
         print(f"  {r.tokens_per_s:,.0f} tok/s, {r.decode}", flush=True)
@@ -137,7 +139,7 @@ DECODE_TIME = re.compile(r'"seconds": ([\d.eE+-]+)')  # what NMT_DECODE prints
 
 
 def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Namespace) -> None:
-    precision = "fp32" if args.int8 else args.decode_precision or precision  # int8: above
+    """`result`'s model decoded with each of DECODINGS, in `precision` (int8 under --int8)."""
     for label, beam in DECODINGS:
         out = args.work / f"{result.name}.{label}.hyp"
         cmd = [
