@@ -9,6 +9,10 @@ reference model ran 1.6-1.8× faster (2.1-2.3× with `--precision bf16` on a CPU
 units), validation BLEU within 0.12; on AVX2 alone, no faster than float32 (sessions 16-17,
 docs/benchmarks.md; the output layer was float then).
 
+A decoder's GRU is quantized as an nn.GRUCell of the same weights (`CellGRU`): a search
+runs it one step at a time, and the quantized cell is the quantized GRU's arithmetic, bit for
+bit, without its sequence handling (beam 5 2-4 % faster, greedy unchanged, session 28).
+
 The output layer (`generator.out`) is quantized here, not by PyTorch: tied to the target
 embedding in most configs, and cut per batch to its shortlist (`nmt.shortlist`) by indexing
 its rows (2,000 to 4,600 columns for a Multi30k batch of 64), which a packed int8 weight
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import torch
 from torch import Tensor, nn
@@ -85,20 +90,75 @@ def linear(x: Tensor, w: Int8Rows, bias: Tensor | None) -> Tensor:
     return out.view(*x.shape[:-1], -1)  # (..., N)
 
 
+def step_gru(module: nn.Module) -> TypeGuard[nn.GRU]:
+    """Whether decoding runs this RNN a step at a time in a form of its own (`CellGRU` here,
+    `nmt.laid_out.LaidOutGRU` in bf16): a one-layer, one-direction, batch-first nn.GRU with
+    biases, as the decoders' are."""
+    return (
+        type(module) is nn.GRU
+        and module.num_layers == 1
+        and not module.bidirectional
+        and module.batch_first
+        and module.bias
+    )
+
+
+class CellGRU(nn.Module):
+    """A `step_gru` nn.GRU as an nn.GRUCell of the same weights, run a step at a time: what
+    int8 decoding quantizes for the decoders. Takes and gives what the nn.GRU did: x (B, T,
+    In), h0 (1, B, H) or None -> outputs (B, T, H), h_T (1, B, H).
+
+    Why: quantized, the cell is the quantized GRU's arithmetic (the same numbers, bit for
+    bit) without its sequence handling, and a search step is one time step: the reference
+    decoder's GRU at a greedy step's 64 rows 629-632 → 573-582 µs at one thread, 541-660 →
+    402-428 at two; at beam 5's 320 rows 2,801-2,843 → 2,765-2,788 and 1,837-1,888 → 1,698-
+    1,754 (2 cores of a Xeon with AMX, session 28)."""
+
+    def __init__(self, gru: nn.GRU) -> None:
+        super().__init__()
+        self.input_size, self.hidden_size, self.num_layers = gru.input_size, gru.hidden_size, 1
+        self.cell = nn.GRUCell(gru.input_size, gru.hidden_size)
+        w_ih, w_hh, b_ih, b_hh = gru.all_weights[0]
+        with torch.no_grad():
+            for mine, theirs in zip(self.cell.parameters(), (w_ih, w_hh, b_ih, b_hh), strict=True):
+                mine.copy_(theirs)
+
+    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        h = x.new_zeros(x.size(0), self.hidden_size) if h0 is None else h0[0]  # (B, H)
+        outs = []
+        for t in range(x.size(1)):
+            h = self.cell(x[:, t], h)  # (B, H)
+            outs.append(h)
+        out = outs[0].unsqueeze(1) if len(outs) == 1 else torch.stack(outs, dim=1)  # (B, T, H)
+        return out, h.unsqueeze(0)
+
+
 def quantize(model: nn.Module, device_type: str) -> nn.Module:
-    """`model` (eval mode) with int8 weights in its RNNs and Linear layers, in place, and an
-    int8 copy of its output layer (`Generator.out_packed`)."""
+    """`model` (eval mode) with int8 weights in its RNNs and Linear layers, in place (the
+    decoders' GRUs as `CellGRU`s), and an int8 copy of its output layer
+    (`Generator.out_packed`)."""
     if device_type != "cpu":
         raise NmtError(f"--int8: CPU decoding only (the model is on {device_type})")
     from torch.ao.quantization import quantize_dynamic
 
     names = decoding_layers(model)
+    for name in sorted(names):
+        module = model.get_submodule(name)
+        if step_gru(module):
+            replace_module(model, name, CellGRU(module))
+            names = (names - {name}) | {f"{name}.cell"}
     generator = getattr(model, "generator", None)  # nmt.model.Generator, of a Seq2Seq
     if generator is not None and generator.out.in_features >= MIN_INNER:
         generator.out_packed = Int8Rows.of(generator.out.weight)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecation notices, once per layer
         return quantize_dynamic(model.eval(), names, inplace=True)
+
+
+def replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
+    """Put `module` where `model`'s submodule `name` was."""
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
 
 
 def decoding_layers(model: nn.Module) -> set[str]:

@@ -36,7 +36,6 @@ int8 (`--int8` quantizes the same layers).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeGuard
 
 import torch
 from torch import Tensor, nn
@@ -165,17 +164,6 @@ class LaidOutGRU(nn.Module):
         return torch.stack(outs, dim=1), h.unsqueeze(0)  # (B, T, H), (1, B, H)
 
 
-def _laid_gru(module: nn.Module) -> TypeGuard[nn.GRU]:
-    """Whether `LaidOutGRU` runs this RNN: a one-layer, one-direction, batch-first nn.GRU."""
-    return (
-        type(module) is nn.GRU
-        and module.num_layers == 1
-        and not module.bidirectional
-        and module.batch_first
-        and module.bias
-    )
-
-
 def lay_out(model: nn.Module) -> nn.Module:
     """`model` (eval mode) for bf16 decoding, in place: its Linear layers and decoder GRU laid
     out (`LaidOutLinear`, `LaidOutGRU`) and a bf16 copy of its output layer
@@ -183,15 +171,10 @@ def lay_out(model: nn.Module) -> nn.Module:
     for name in int8.decoding_layers(model):
         module = model.get_submodule(name)
         if isinstance(module, nn.Linear):
-            _replace(model, name, LaidOutLinear(module))
-        elif _laid_gru(module):
-            _replace(model, name, LaidOutGRU(module))
+            int8.replace_module(model, name, LaidOutLinear(module))
+        elif int8.step_gru(module):
+            int8.replace_module(model, name, LaidOutGRU(module))
     generator = getattr(model, "generator", None)  # nmt.model.Generator, of a Seq2Seq
     if generator is not None:
         generator.out_packed = LaidOut.of(generator.out.weight, generator.out.bias)
     return model.eval()
-
-
-def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent, _, child = name.rpartition(".")
-    setattr(model.get_submodule(parent) if parent else model, child, module)

@@ -9,7 +9,7 @@ from torch import nn
 
 from nmt.errors import NmtError
 from nmt.evaluate import bleu
-from nmt.int8 import MIN_INNER, Int8Rows, linear, quantize
+from nmt.int8 import MIN_INNER, CellGRU, Int8Rows, linear, quantize
 from nmt.model import Generator
 from nmt.translate import Translator
 
@@ -44,10 +44,41 @@ def test_rnns_and_linear_layers_are_quantized_and_the_output_layer_gets_int8_row
     assert narrow  # the copy gate at least: a few dot products a row, kept float
     # every other product layer now holds int8 weights
     assert set(plain) == {"generator.out"} | narrow
-    assert type(model.decoder.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic")
+    # the decoder's GRU as a quantized cell (`CellGRU`), the encoder's as PyTorch quantizes it
+    assert isinstance(model.decoder.rnn, CellGRU)
+    assert type(model.decoder.rnn.cell).__module__.startswith("torch.ao.nn.quantized.dynamic")
+    assert type(model.encoder.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic")
     rows = model.generator.out_packed
     assert rows is not None and rows.weight.dtype == torch.int8
     assert rows.weight.shape == model.generator.out.weight.shape
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+@pytest.mark.parametrize("given_h0", [True, False])
+def test_a_quantized_cell_gru_is_the_quantized_gru_bit_for_bit(steps, given_h0):
+    """int8 decoding runs a decoder's GRU as a quantized GRUCell (`CellGRU`): the numbers of
+    the quantized nn.GRU it replaces run a step at a time, as a search runs it, exactly (over
+    several steps at once the quantized nn.GRU quantizes all their inputs with one scale)."""
+    from torch.ao.quantization import quantize_dynamic
+
+    torch.manual_seed(0)
+    gru = nn.GRU(12, 8, batch_first=True).eval()
+    ref = quantize_dynamic(nn.Sequential(gru), {nn.GRU}, inplace=False)[0]
+    mine = quantize_dynamic(nn.Sequential(CellGRU(gru)), {nn.GRUCell}, inplace=False)[0]
+    assert type(mine.cell).__module__.startswith("torch.ao.nn.quantized.dynamic")
+    x = torch.randn(5, steps, 12)
+    h0 = torch.randn(1, 5, 8) if given_h0 else None
+    with torch.inference_mode():
+        outs, want_h = [], h0
+        for t in range(steps):
+            out, want_h = ref(x[:, t : t + 1], want_h)
+            outs.append(out)
+        want_out = torch.cat(outs, dim=1)
+        got_out, got_h = mine(x, h0)
+        float_out, _ = gru(x, h0)
+    assert torch.equal(got_out, want_out) and torch.equal(got_h, want_h)
+    assert got_out.shape == (5, steps, 8) and got_h.shape == (1, 5, 8)
+    torch.testing.assert_close(got_out, float_out, atol=0.05, rtol=0.05)  # and a GRU's
 
 
 def _bound(x: torch.Tensor, w: torch.Tensor, q: Int8Rows) -> torch.Tensor:
