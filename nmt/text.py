@@ -17,8 +17,13 @@ def clean_input(sentence: str, *, lowercase: bool) -> tuple[str, bool]:
     text = " ".join(sentence.split())
     if lowercase:
         return text.lower(), False
-    letters = [c for c in text if c.isalpha() and c.upper() != c.lower()]
-    if len(letters) >= 2 and all(c.isupper() for c in letters):
+    capitals = 0  # letters that have a case, all capitals so far
+    for c in text:
+        if c.isalpha() and c.upper() != c.lower():
+            if not c.isupper():  # most sentences stop at their second letter
+                return text, False
+            capitals += 1
+    if capitals >= 2:
         lowered = text.lower()
         first = next(i for i, c in enumerate(lowered) if c.isalpha())
         return lowered[:first] + lowered[first].upper() + lowered[first + 1 :], True
