@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections import Counter
 from pathlib import Path
 
+import bench_output_layer
 import torch
 from argtypes import whole, wholes
 
 from nmt.batching import collate
+from nmt.tokenizer import BOS_ID
 from nmt.translate import Translator
 
 
@@ -45,14 +46,8 @@ def step_us(tr: Translator, ids: list[list[int]], rows: int, beam: int, calls: i
         if beam > 1:
             enc = enc.beams(beam)
             state = state.select(torch.arange(rows, device=tr.device).repeat_interleave(beam))
-        prev = torch.full((rows * beam,), 1, dtype=torch.long, device=tr.device)  # BOS
-        times = []
-        for i in range(calls + 5):  # 5 to warm: oneDNN makes a kernel for each new shape
-            start = time.perf_counter()
-            model.step(prev, state, enc)
-            if i >= 5:
-                times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+        prev = torch.full((rows * beam,), BOS_ID, dtype=torch.long, device=tr.device)
+        return bench_output_layer.median_us(lambda: model.step(prev, state, enc), calls)
 
 
 def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
