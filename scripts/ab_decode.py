@@ -31,21 +31,28 @@ from pathlib import Path
 
 from argtypes import whole
 
+from nmt.checkpoint import load_checkpoint
+from nmt.errors import NmtError
+from nmt.files import read_lines
+from nmt.run_dir import resolve_checkpoint
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # What each process runs: nmt imported from the tree given, not from the installed one.
 CHILD = """
 import hashlib, json, statistics, sys, time
+from pathlib import Path
 tree, checkpoint, src, beam, precision, int8, workers, threads, calls = sys.argv[1:10]
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]  # pip install -e
 sys.path.insert(0, tree)
 import torch
 torch.set_num_threads(int(threads))
+from nmt.files import read_lines
 from nmt.translate import Translator
 tr = Translator.from_checkpoint(
     checkpoint, precision=precision, int8=int8 == "int8", workers=int(workers)
 )
-ready = tr.prepare(open(src, encoding="utf-8").read().splitlines())
+ready = tr.prepare(read_lines(Path(src)))
 tr.translate(ready[:200], beam=int(beam))
 times = []
 for _ in range(int(calls)):
@@ -77,7 +84,7 @@ def checked_out(revision: str) -> Iterator[Path]:
 def _git(*args: str) -> str:
     done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"ab_decode.py: git {' '.join(args[:2])}: {done.stderr.strip()}")
+        raise SystemExit(f"ab_decode.py: git {args[0]} {args[-1]}: {done.stderr.strip()}")
     return done.stdout
 
 
@@ -106,6 +113,11 @@ def main() -> None:
     ap.add_argument("--pairs", type=whole(1), default=3, help="A then B, this many times")
     ap.add_argument("--calls", type=whole(1), default=5, help="timed translations a process")
     args = ap.parse_args()
+    try:  # what every process reads, checked once here: one line, no traceback
+        read_lines(args.src)
+        load_checkpoint(resolve_checkpoint(args.checkpoint), mmap=True)
+    except NmtError as e:
+        raise SystemExit(f"error: {e}") from None
     how = "int8" if args.int8 else args.precision
     print(f"{args.src.name}, {how}, beam {args.beam}, {args.workers} worker(s), "
           f"{args.threads} thread(s): medians of {args.calls} calls, s")  # fmt: skip

@@ -29,6 +29,8 @@ import torch
 from argtypes import whole, wholes
 
 from nmt.batching import collate
+from nmt.errors import NmtError
+from nmt.files import read_lines
 from nmt.tokenizer import BOS_ID
 from nmt.translate import Translator
 
@@ -86,10 +88,20 @@ def main() -> None:
     ap.add_argument("--threads", type=whole(1), default=1)
     ap.add_argument("--rows-of-search", action="store_true", help="count a search's rows too")
     args = ap.parse_args()
+    try:
+        run(args)
+    except (NmtError, OSError) as e:  # a checkpoint or file problem: one line, no traceback
+        raise SystemExit(f"error: {e}") from None
+
+
+def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
+    sources = read_lines(args.src)
     tr = Translator.from_checkpoint(args.checkpoint, precision=args.precision, int8=args.int8)
-    sources = args.src.read_text(encoding="utf-8").splitlines()
     ids = sorted((s.pieces.ids for s in tr.prepare(sources) if s.pieces.ids), key=len)
+    if max(args.rows) > len(ids):
+        raise SystemExit(f"bench_step.py: --rows {max(args.rows)}: {args.src} has {len(ids)} "
+                         "sentences")  # fmt: skip
     start = max(0, len(ids) // 2 - max(args.rows) // 2)  # a batch of the file's mid lengths
     ids = ids[start : start + max(args.rows)][::-1]  # longest first, as a batch is sorted
     how = "int8" if args.int8 else args.precision

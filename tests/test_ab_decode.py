@@ -37,3 +37,18 @@ def test_an_unknown_revision_is_one_line_and_no_traceback(tiny_run: TinyRun, tmp
     assert done.returncode != 0
     assert done.stderr.strip().startswith("ab_decode.py: git rev-parse")
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_source_file_or_checkpoint_is_one_line_before_any_decoding(tiny_run, tmp_path):
+    bad, good = tmp_path / "bad.en", tmp_path / "good.en"
+    bad.write_bytes(b"\xff\n")
+    good.write_text("a dog\n", encoding="utf-8")
+    cases = [
+        ([str(tiny_run.checkpoint), "--src", str(bad)], "line 1 is not valid UTF-8"),
+        ([str(tmp_path / "none.pt"), "--src", str(good)], "no such run directory or checkpoint"),
+    ]
+    for args, says in cases:
+        done = _run(".", ".", *args)
+        assert done.returncode != 0 and done.stderr.startswith("error: ") and says in done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert done.stdout == ""  # refused before the first process ran

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -39,3 +40,17 @@ def test_step_us_times_greedy_and_beam_steps(tiny_run: TinyRun) -> None:
         assert bench_step.step_us(tr, ids, 4, beam, calls=3) > 0
     with pytest.raises(SystemExit, match="--rows 9"):
         bench_step.step_us(tr, ids, 9, 1, calls=3)
+
+
+@pytest.mark.parametrize(
+    ("src", "says"),
+    [("missing.en", "no such file"), ("bad.en", "line 2 is not valid UTF-8"), ("few.en", "has 2")],
+)
+def test_bad_sources_are_one_line_and_no_traceback(tiny_run: TinyRun, tmp_path, src, says):
+    (tmp_path / "bad.en").write_bytes(b"a dog\n\xff\xfe\n")
+    (tmp_path / "few.en").write_text("a dog\na cat\n", encoding="utf-8")
+    script = ROOT / "scripts" / "bench_step.py"
+    argv = [str(tiny_run.checkpoint), "--src", str(tmp_path / src), "--rows", "4", "--calls", "1"]
+    done = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True)
+    assert done.returncode != 0 and says in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
