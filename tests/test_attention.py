@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from nmt import attention
 from nmt.attention import (
     ATTENTIONS,
     Attention,
@@ -178,6 +179,46 @@ def test_concat_scores_and_gradients_match_tanh_in_float64() -> None:
     torch.testing.assert_close(scores.double(), expected, rtol=1e-5, atol=1e-5)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("per_chunk", [1, 2])
+def test_concat_decoding_scores_in_chunks_of_sentences_equal_one_pass(
+    per_chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without gradients a large hidden layer goes a few sentences at a time (`CHUNK_VALUES`,
+    here 1 or 2 of the 3 sentences a chunk: the last chunk shorter); the scores are those of
+    one pass over all of them."""
+    query, keys, _ = inputs()
+    att = scorer("concat")
+    assert isinstance(att, ConcatAttention)
+    proj = att.project_keys(keys)
+    whole = att.score(query, proj).detach()  # gradients on: one pass
+    seen: list[int] = []
+    one_pass = att._scores
+    monkeypatch.setattr(att, "_scores", lambda q, k: seen.append(q.size(0)) or one_pass(q, k))
+    monkeypatch.setattr(attention, "CHUNK_VALUES", per_chunk * T * S * att.v.in_features)
+    monkeypatch.setattr(attention, "CHUNKED_ABOVE", attention.CHUNK_VALUES)
+    with torch.no_grad():
+        chunked = att.score(query, proj)
+    assert seen == {1: [1, 1, 1], 2: [2, 1]}[per_chunk]
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-6)
+
+
+def test_concat_decoding_scores_a_small_hidden_layer_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At or below `CHUNKED_ABOVE` values (here the whole B·T·S·A) nothing is split."""
+    query, keys, _ = inputs()
+    att = scorer("concat")
+    assert isinstance(att, ConcatAttention)
+    seen: list[int] = []
+    one_pass = att._scores
+    monkeypatch.setattr(att, "_scores", lambda q, k: seen.append(q.size(0)) or one_pass(q, k))
+    monkeypatch.setattr(attention, "CHUNK_VALUES", 1)
+    monkeypatch.setattr(attention, "CHUNKED_ABOVE", B * T * S * att.v.in_features)
+    with torch.no_grad():
+        att.score(query, att.project_keys(keys))
+    assert seen == [B]
 
 
 def test_concat_hidden_size_defaults_to_query_size() -> None:
