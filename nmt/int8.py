@@ -77,7 +77,7 @@ class Int8Rows:
 
     def rows(self, index: Tensor) -> Int8Rows:
         """The rows `index` (L,) int64: (L, K)."""
-        return Int8Rows(self.weight[index], self.scale[index])
+        return Int8Rows(self.weight.index_select(0, index), self.scale.index_select(0, index))
 
 
 def linear(x: Tensor, w: Int8Rows, bias: Tensor | None) -> Tensor:

@@ -113,7 +113,7 @@ class LaidOut:
 
     def rows(self, index: Tensor) -> LaidOut:
         """The rows `index` (L,) int64 and their biases, laid out: (L, E)."""
-        return LaidOut.of(self.weight[index], self.bias[index])
+        return LaidOut.of(self.weight.index_select(0, index), self.bias.index_select(0, index))
 
 
 def linear(x: Tensor, w: LaidOut) -> Tensor:

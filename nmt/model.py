@@ -175,10 +175,12 @@ class Generator(nn.Module):
         """The output layer cut to `columns` (L,) int64 target ids, for a batch's decoding;
         in autocast's dtype where it is on: the cut is no parameter, so autocast would cast
         it again at every step (its cast cache keeps parameters only)."""
-        bias = self.out.bias[columns]  # (L,)
+        # index_select, not weight[columns]: 1.6× faster for float32 rows, 6× for int8 ones
+        # (8,000 × 512, 3,500 rows: 596 against 944 µs, 176 against 1,007; session 29)
+        bias = self.out.bias.index_select(0, columns)  # (L,)
         if self.out_packed is not None:  # int8 or laid-out rows: what the model multiplies
             return Restricted(columns, self.out_packed.rows(columns), bias)
-        weight = self.out.weight[columns]  # (L, E)
+        weight = self.out.weight.index_select(0, columns)  # (L, E)
         dtype = autocast_dtype(weight.device.type)
         if dtype is not None:
             weight, bias = weight.to(dtype), bias.to(dtype)
