@@ -246,7 +246,8 @@ class ConcatAttention(Attention):
     def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         q = onednn.layer(self.query_proj, query)  # (B, T, A)
         per = q.size(1) * proj_keys.size(1) * q.size(2)  # hidden values a sentence: T·S·A
-        if torch.is_grad_enabled() or q.size(0) * per <= CHUNKED_ABOVE:
+        whole = torch.is_grad_enabled() or proj_keys.size(0) != q.size(0)  # (keys broadcast)
+        if whole or q.size(0) * per <= CHUNKED_ABOVE:
             return self._scores(q, proj_keys)
         # Decoding: the hidden layer a few sentences at a time, each chunk written, passed
         # through σ and read by vᵀ while it is still in the core's cache, instead of one

@@ -221,6 +221,22 @@ def test_concat_decoding_scores_a_small_hidden_layer_in_one_pass(
     assert seen == [B]
 
 
+def test_concat_decoding_scores_against_one_sentence_of_keys_broadcast(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Keys of one sentence (1, S, A) broadcast against B sentences' queries: scored in one
+    pass even where the layer would be chunked (slicing them by sentence would drop rows)."""
+    query, keys, _ = inputs()
+    att = scorer("concat")
+    assert isinstance(att, ConcatAttention)
+    proj = att.project_keys(keys[:1])  # (1, S, A)
+    whole = att.score(query, proj).detach()  # (B, T, S)
+    monkeypatch.setattr(attention, "CHUNK_VALUES", 1)
+    monkeypatch.setattr(attention, "CHUNKED_ABOVE", 1)
+    with torch.no_grad():
+        torch.testing.assert_close(att.score(query, proj), whole, rtol=1e-6, atol=1e-6)
+
+
 def test_concat_hidden_size_defaults_to_query_size() -> None:
     att = build_attention("concat", query_size=DQ, key_size=DK, hidden_size=None)
     assert isinstance(att, ConcatAttention)
