@@ -245,27 +245,32 @@ class ConcatAttention(Attention):
 
     def score(self, query: Tensor, proj_keys: Tensor) -> Tensor:
         q = onednn.layer(self.query_proj, query)  # (B, T, A)
+        scores, sigmoid = self._hidden_scores(q, proj_keys)  # (B, T, S)
+        if not sigmoid:
+            return scores
+        v_sum = self.v.weight.sum()  # () float always: int8 keeps v (`nmt.int8.MIN_OUTPUTS`)
+        return from_sigmoid(scores, v_sum)
+
+    def _hidden_scores(self, q: Tensor, proj_keys: Tensor) -> tuple[Tensor, bool]:
+        """q (B, T, A) projected queries, proj_keys (B, S, A) -> vᵀ of the hidden layer (B, T,
+        S) and whether that layer is `additive_hidden`'s sigmoid form."""
         per = q.size(1) * proj_keys.size(1) * q.size(2)  # hidden values a sentence: T·S·A
         whole = torch.is_grad_enabled() or proj_keys.size(0) != q.size(0)  # (keys broadcast)
         if whole or q.size(0) * per <= CHUNKED_ABOVE:
-            return self._scores(q, proj_keys)
+            return self._chunk(q, proj_keys)
         # Decoding: the hidden layer a few sentences at a time, each chunk written, passed
         # through σ and read by vᵀ while it is still in the core's cache, instead of one
         # (B, T, S, A) tensor going out to memory and back three times (beam 5's is 10-22 MB
         # a step). The same arithmetic row by row. (Training keeps one tensor: the backward
         # reads it.)
         n = max(1, CHUNK_VALUES // per)  # sentences a chunk
-        chunks = [self._scores(q[i : i + n], proj_keys[i : i + n]) for i in range(0, q.size(0), n)]
-        return torch.cat(chunks)  # (B, T, S)
+        parts = [self._chunk(q[i : i + n], proj_keys[i : i + n]) for i in range(0, q.size(0), n)]
+        return torch.cat([scores for scores, _ in parts]), parts[0][1]  # (B, T, S)
 
-    def _scores(self, q: Tensor, proj_keys: Tensor) -> Tensor:
-        """q (B, T, A) projected queries, proj_keys (B, S, A) -> scores (B, T, S)."""
+    def _chunk(self, q: Tensor, proj_keys: Tensor) -> tuple[Tensor, bool]:
+        """`_hidden_scores` of some sentences in one pass."""
         hidden, sigmoid = additive_hidden(q.unsqueeze(2), proj_keys.unsqueeze(1))  # (B, T, S, A)
-        scores = self.v(hidden).squeeze(-1)  # (B, T, S)
-        if not sigmoid:
-            return scores
-        v_sum = self.v.weight.sum()  # () float always: int8 keeps v (`nmt.int8.MIN_OUTPUTS`)
-        return from_sigmoid(scores, v_sum)
+        return self.v(hidden).squeeze(-1), sigmoid  # (B, T, S)
 
 
 ATTENTIONS: dict[str, type[Attention]] = {

@@ -194,8 +194,8 @@ def test_concat_decoding_scores_in_chunks_of_sentences_equal_one_pass(
     proj = att.project_keys(keys)
     whole = att.score(query, proj).detach()  # gradients on: one pass
     seen: list[int] = []
-    one_pass = att._scores
-    monkeypatch.setattr(att, "_scores", lambda q, k: seen.append(q.size(0)) or one_pass(q, k))
+    one_pass = att._chunk
+    monkeypatch.setattr(att, "_chunk", lambda q, k: seen.append(q.size(0)) or one_pass(q, k))
     monkeypatch.setattr(attention, "CHUNK_VALUES", per_chunk * T * S * att.v.in_features)
     monkeypatch.setattr(attention, "CHUNKED_ABOVE", attention.CHUNK_VALUES)
     with torch.no_grad():
@@ -212,8 +212,8 @@ def test_concat_decoding_scores_a_small_hidden_layer_in_one_pass(
     att = scorer("concat")
     assert isinstance(att, ConcatAttention)
     seen: list[int] = []
-    one_pass = att._scores
-    monkeypatch.setattr(att, "_scores", lambda q, k: seen.append(q.size(0)) or one_pass(q, k))
+    one_pass = att._chunk
+    monkeypatch.setattr(att, "_chunk", lambda q, k: seen.append(q.size(0)) or one_pass(q, k))
     monkeypatch.setattr(attention, "CHUNK_VALUES", 1)
     monkeypatch.setattr(attention, "CHUNKED_ABOVE", B * T * S * att.v.in_features)
     with torch.no_grad():
