@@ -38,8 +38,7 @@ from nmt.translate import Translator
 def step_us(tr: Translator, ids: list[list[int]], rows: int, beam: int, calls: int) -> float:
     """The median time in µs of the model's `step` for the first `rows` sentences of `ids`
     (sorted longest first, as a batch is), each as `beam` hypotheses, from BOS."""
-    if rows > len(ids):
-        raise SystemExit(f"bench_step.py: --rows {rows}: the file has {len(ids)} sentences")
+    check_rows(rows, len(ids))
     model = tr.model
     batch = collate(ids[:rows], None, range(rows)).to(tr.device)
     with torch.inference_mode():
@@ -50,6 +49,12 @@ def step_us(tr: Translator, ids: list[list[int]], rows: int, beam: int, calls: i
             state = state.select(torch.arange(rows, device=tr.device).repeat_interleave(beam))
         prev = torch.full((rows * beam,), BOS_ID, dtype=torch.long, device=tr.device)
         return bench_output_layer.median_us(lambda: model.step(prev, state, enc), calls)
+
+
+def check_rows(rows: int, sentences: int) -> None:
+    """A step of `rows` sentences needs that many in the file: else one line, exit 1."""
+    if rows > sentences:
+        raise SystemExit(f"bench_step.py: --rows {rows}: the file has {sentences} sentences")
 
 
 def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -99,9 +104,7 @@ def run(args: argparse.Namespace) -> None:
     sources = read_lines(args.src)
     tr = Translator.from_checkpoint(args.checkpoint, precision=args.precision, int8=args.int8)
     ids = sorted((s.pieces.ids for s in tr.prepare(sources) if s.pieces.ids), key=len)
-    if max(args.rows) > len(ids):
-        raise SystemExit(f"bench_step.py: --rows {max(args.rows)}: {args.src} has {len(ids)} "
-                         "sentences")  # fmt: skip
+    check_rows(max(args.rows), len(ids))  # before anything is timed
     start = max(0, len(ids) // 2 - max(args.rows) // 2)  # a batch of the file's mid lengths
     ids = ids[start : start + max(args.rows)][::-1]  # longest first, as a batch is sorted
     how = "int8" if args.int8 else args.precision
