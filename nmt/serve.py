@@ -37,7 +37,7 @@ from nmt.translate import Translation, Translator
 class TranslateRequest(BaseModel):
     """The body of POST /translate."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # true is no beam size, "5" no number
 
     text: str | list[str] = Field(description="A sentence, or a list of sentences.")
     beam: int | None = Field(None, ge=1, description="Beam size, 1 = greedy; default: the model's.")

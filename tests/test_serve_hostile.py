@@ -81,6 +81,12 @@ def health(url: str) -> dict:
         (b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "body: nested too deeply"),
         (b'{"text": "a \\ud800 dog"}', 422, "text: not valid Unicode"),
         (b'{"text": ["a dog", "\\udfff"]}', 422, "text[1]: not valid Unicode"),
+        # values of the wrong JSON type are refused, not coerced (true would be beam 1)
+        (b'{"text": "a dog", "beam": true}', 422, "beam: Input should be a valid integer"),
+        (b'{"text": "a dog", "beam": "5"}', 422, "beam: Input should be a valid integer"),
+        (b'{"text": "a dog", "nbest": 2.0}', 422, "nbest: Input should be a valid integer"),
+        (b'{"text": "a dog", "attention": "yes"}', 422, "attention: Input should be a valid"),
+        (b'{"text": "a dog", "heads": 1}', 422, "heads: Input should be a valid boolean"),
     ],
 )
 def test_bodies_that_break_the_parser_get_4xx_naming_the_field(served, body, status, needle):
