@@ -114,7 +114,8 @@ def main() -> None:
     ap.add_argument("--calls", type=whole(1), default=5, help="timed translations a process")
     args = ap.parse_args()
     try:  # what every process reads, checked once here: one line, no traceback
-        read_lines(args.src)
+        if not any(line.strip() for line in read_lines(args.src)):
+            raise NmtError(f"{args.src}: no sentence to decode (empty or blank lines only)")
         load_checkpoint(resolve_checkpoint(args.checkpoint), mmap=True)
     except NmtError as e:
         raise SystemExit(f"error: {e}") from None

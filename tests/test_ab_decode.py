@@ -40,11 +40,13 @@ def test_an_unknown_revision_is_one_line_and_no_traceback(tiny_run: TinyRun, tmp
 
 
 def test_a_bad_source_file_or_checkpoint_is_one_line_before_any_decoding(tiny_run, tmp_path):
-    bad, good = tmp_path / "bad.en", tmp_path / "good.en"
+    bad, good, blank = tmp_path / "bad.en", tmp_path / "good.en", tmp_path / "blank.en"
     bad.write_bytes(b"\xff\n")
     good.write_text("a dog\n", encoding="utf-8")
+    blank.write_text("\n  \n", encoding="utf-8")  # nothing to time: no 0.000 s figures
     cases = [
         ([str(tiny_run.checkpoint), "--src", str(bad)], "line 1 is not valid UTF-8"),
+        ([str(tiny_run.checkpoint), "--src", str(blank)], "no sentence to decode"),
         ([str(tmp_path / "none.pt"), "--src", str(good)], "no such run directory or checkpoint"),
     ]
     for args, says in cases:
