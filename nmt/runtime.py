@@ -197,7 +197,8 @@ def configure_device(device: torch.device, threads: int | None = None) -> None:
     if device.type == "cpu":
         keep_freed_memory()
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        if device.index is not None:  # `cuda` alone is the current GPU: nothing to set
+            torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 

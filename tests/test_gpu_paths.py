@@ -184,6 +184,16 @@ def test_an_explicit_gpu_under_torchrun_and_too_few_gpus_are_refused_in_one_line
     assert resolve_device("cuda:2", 0) == torch.device("cuda:2")  # alone: as asked
 
 
+def test_configuring_the_current_gpu_sets_no_device(monkeypatch):
+    """`cuda` without an index (scripts/peers/limit.py's device) is the current GPU:
+    torch.cuda.set_device refuses an indexless device, so it is not called (seen on an H100)."""
+    seen = []
+    monkeypatch.setattr(torch.cuda, "set_device", seen.append)
+    nmt.runtime.configure_device(torch.device("cuda"))
+    nmt.runtime.configure_device(torch.device("cuda:1"))
+    assert seen == [torch.device("cuda:1")]
+
+
 # ---------------------------------------------------------------- 5: collectives' timeout
 
 
