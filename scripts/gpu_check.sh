@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The GPU checks, as one call on a lent GPU machine (the workplace's `device` tool), which is
+# bare, offline and held for minutes: nmt's own dependencies that its image lacks travel as
+# wheels in .whl/ and Multi30k in .gpu/shared/data/multi30k (both ignored, carried), and each
+# stage below writes its log into $OUT and prints the log's end, whatever the stages before
+# it did. Stages (any subset, in this order): env, cuda (tests/test_cuda.py and
+# tests/test_gpu_paths.py), syncs (host syncs and tokens/s of the reference model's update,
+# scripts/profile_step.py), bench (scripts/compare_peers.py's nmt rows on the GPU for
+# $BENCH_MINUTES each, against the GPU's limit), suite (the whole test suite).
+#
+#     bash scripts/gpu_check.sh env cuda syncs bench suite
+#
+# Set up beside the repository first (here, where pip reaches PyPI), both folders listed in
+# .git/info/exclude: the wheels of the packages the image lacks, for its Python 3.12 (the
+# versions of this checkout's .venv), and the data:
+#     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#         --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#         -d .whl datasets sacremoses fastapi starlette pydantic pydantic_core uvicorn dill \
+#         multiprocess annotated-types typing-inspection typing_extensions opentelemetry-api \
+#         libretranslatepy        # each pinned NAME==VERSION as `.venv/bin/pip list` has it
+#     mkdir -p .gpu/shared/data && cp -r ../shared/data/multi30k .gpu/shared/data/
+# On the H100 of session 30 the suite took over 170 s with 8 workers (half of it ran): give
+# it 400 s. Its failures are named as they happen (-v), so a stage cut short still says.
+set -u
+OUT=${OUT:-/tmp/gpu-check}
+BENCH_MINUTES=${BENCH_MINUTES:-0.5}
+BENCH_SECONDS=${BENCH_SECONDS:-400}  # each stage's time limit, within the call's own
+SUITE_SECONDS=${SUITE_SECONDS:-400}
+CUDA_TESTS=${CUDA_TESTS:-}  # pytest -k expression: a subset of the cuda stage's tests
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 NMT_DATA_DIR=../shared/data
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD:$PWD/scripts
+[ -e ../shared ] || ln -s "$PWD/.gpu/shared" ../shared
+
+stage() {  # stage NAME SECONDS COMMAND...: the command's output into $OUT/NAME.log
+    local name=$1 limit=$2 start=$SECONDS rc
+    shift 2
+    echo "=== $name: $*"
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    echo "=== $name: exit $rc after $((SECONDS - start)) s"
+    tail -n "${TAIL:-20}" "$OUT/$name.log"
+}
+
+syncs() {
+    for precision in bf16 fp16 fp32; do
+        python3 scripts/profile_step.py configs/reference_rnn.yaml --precision "$precision" \
+            --steps 40 --profile-steps 3 --top 12 || return
+        python3 scripts/profile_step.py configs/reference_rnn.yaml --precision "$precision" \
+            --steps 5 --count-syncs || return
+    done
+}
+export -f syncs
+
+for what in "$@"; do
+    case $what in
+        env) stage env 60 bash -c 'nvidia-smi; lscpu | grep -E "Model name|^CPU\(s\)";
+            python3 -c "import torch, nmt.cli, datasets, fastapi, uvicorn, sacremoses
+print(torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())"' ;;
+        cuda) stage cuda 150 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
+            tests/test_gpu_paths.py ${CUDA_TESTS:+-k "$CUDA_TESTS"} ;;
+        syncs) TAIL=60 stage syncs 150 bash -c syncs ;;
+        bench) TAIL=30 stage bench "$BENCH_SECONDS" python3 scripts/compare_peers.py \
+            --only nmt-fp32,nmt-bf16,nmt-fp16 --minutes "$BENCH_MINUTES" --work /tmp/peers \
+            --out "$OUT/bench.json" ;;
+        suite) TAIL=3 stage suite "$SUITE_SECONDS" python3 -m pytest -v -p no:cacheprovider -n 8
+            grep -E " (FAILED|ERROR) " "$OUT/suite.log" | head -n 30 ;;
+        *) echo "unknown stage $what: expected env, cuda, syncs, bench or suite"; exit 2 ;;
+    esac
+done
