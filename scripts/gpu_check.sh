@@ -10,8 +10,8 @@
 #
 #     bash scripts/gpu_check.sh env cuda syncs bench suite
 #
-# Set up beside the repository first (here, where pip reaches PyPI), both folders listed in
-# .git/info/exclude: the wheels of the packages the image lacks, for its Python 3.12 (the
+# Set up beside the repository first (here, where pip reaches PyPI), both folders ignored by
+# .gitignore: the wheels of the packages the image lacks, for its Python 3.12 (the
 # versions of this checkout's .venv), and the data:
 #     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #         --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
@@ -27,6 +27,16 @@ BENCH_MINUTES=${BENCH_MINUTES:-0.5}
 BENCH_SECONDS=${BENCH_SECONDS:-400}  # each stage's time limit, within the call's own
 SUITE_SECONDS=${SUITE_SECONDS:-400}
 CUDA_TESTS=${CUDA_TESTS:-}  # pytest -k expression: a subset of the cuda stage's tests
+for what in "$@"; do  # before installing anything
+    case $what in
+        env | cuda | syncs | bench | suite) ;;
+        *) echo "gpu_check.sh: unknown stage '$what': expected env, cuda, syncs, bench or suite"
+            exit 2 ;;
+    esac
+done
+[ $# -gt 0 ] || { echo "gpu_check.sh: name the stages: env cuda syncs bench suite"; exit 2; }
+compgen -G ".whl/*.whl" >/dev/null || {
+    echo "gpu_check.sh: no wheels in .whl/: download them first (this script's header)"; exit 2; }
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NMT_DATA_DIR=../shared/data
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -67,6 +77,5 @@ print(torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_cap
             --out "$OUT/bench.json" ;;
         suite) TAIL=3 stage suite "$SUITE_SECONDS" python3 -m pytest -v -p no:cacheprovider -n 8
             grep -E " (FAILED|ERROR) " "$OUT/suite.log" | head -n 30 ;;
-        *) echo "unknown stage $what: expected env, cuda, syncs, bench or suite"; exit 2 ;;
     esac
 done

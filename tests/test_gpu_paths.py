@@ -194,6 +194,21 @@ def test_configuring_the_current_gpu_sets_no_device(monkeypatch):
     assert seen == [torch.device("cuda:1")]
 
 
+@pytest.mark.parametrize("stages", [["env", "bogus"], []])
+def test_gpu_check_refuses_a_bad_stage_list_before_it_installs_anything(tmp_path, stages):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts/gpu_check.sh"), *stages],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OUT": str(out)},
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout.startswith("gpu_check.sh: ")
+    assert len(done.stdout.splitlines()) == 1 and not out.exists()
+
+
 # ---------------------------------------------------------------- 5: collectives' timeout
 
 
