@@ -1,5 +1,5 @@
 """The training losses alone, forward and backward, on (N, V) logits: the plain model's
-(`nmt.loss.cross_entropy`, PyTorch's) and the copy model's (`nmt.copy.copy_loss`, 20 source
+(`nmt.loss.cross_entropy`) and the copy model's (`nmt.copy.copy_loss`, 20 source
 pieces a sentence), each with glibc's malloc as it comes (every block above 32 MiB a fresh
 mmap) and with freed memory kept for reuse (`nmt.runtime.keep_freed_memory`, what nmt runs
 with); alternating, median times.
@@ -49,7 +49,7 @@ def main() -> None:
     def copy() -> None:
         copy_loss(x, gate, attention, src, t, eps).backward()
 
-    losses: dict[str, Callable[[], None]] = {"plain (F.cross_entropy)": plain, "copy_loss": copy}
+    losses: dict[str, Callable[[], None]] = {"plain (cross_entropy)": plain, "copy_loss": copy}
     times = _alternate(losses, args.repeats)
     print(
         f"({args.rows}, {args.vocab}) {args.dtype}, smoothing {eps}, "

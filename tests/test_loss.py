@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from nmt.loss import VocabTerms, cross_entropy
 from nmt.tokenizer import PAD_ID
@@ -60,3 +61,22 @@ def test_plain_loss_is_float32_and_ignores_padding(dtype):
     real = target != PAD_ID
     alone = cross_entropy(logits[real], target[real], 0.1)
     torch.testing.assert_close(loss, alone)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_plain_loss_equals_pytorchs_in_value_and_gradient(dtype, smoothing):
+    torch.manual_seed(1)
+    logits = (torch.randn(9, 13) * 4).to(dtype).requires_grad_()
+    target = torch.tensor([4, PAD_ID, 5, 12, 6, PAD_ID, 7, 11, 3])
+    loss = cross_entropy(logits, target, smoothing)
+    (grad,) = torch.autograd.grad(loss, logits)
+    wide = logits.detach().double().requires_grad_()
+    want = F.cross_entropy(
+        wide, target, ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum"
+    )
+    (want_grad,) = torch.autograd.grad(want, wide)
+    torch.testing.assert_close(loss.double(), want, rtol=1e-5, atol=1e-5)
+    tol = 1e-6 if dtype == torch.float32 else 8e-3  # the gradient is returned in bf16
+    torch.testing.assert_close(grad.double(), want_grad, rtol=tol, atol=tol)
+    assert grad.dtype == dtype
