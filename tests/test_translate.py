@@ -356,7 +356,8 @@ def test_cli_shows_attention_and_writes_one_png_per_sentence(tiny_run, sentences
         (["--beam", "0", "A dog."], "--beam 0"),
         (["--device", "tpu", "A dog."], "--device 'tpu'"),
         (["--attention-plot", "att.jpg", "A dog."], "ending .png"),
-        (["--precision", "fp16", "A dog."], "--precision: fp16 needs a GPU"),
+        # on the CPU: --device auto takes a GPU where there is one, and there fp16 runs
+        (["--device", "cpu", "--precision", "fp16", "A dog."], "--precision: fp16 needs a GPU"),
         (["--precision", "half", "A dog."], "--precision 'half'"),
     ],
 )
