@@ -40,20 +40,25 @@ def full_fp32():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def _trainer(device: torch.device, precision: str, init_scale: float | None = None):
-    """The tiny model on `device`, its optimizer and scaler, its two batches there, and a
-    function making one update of them."""
+def _trainer(
+    device: torch.device, precision: str, *, init_scale: float | None = None, ddp: bool = False
+):
+    """The tiny model on `device` (wrapped in DDP with `ddp`, as if one of two ranks), its
+    optimizer and scaler, its two batches there, and a function making one update of them."""
     cfg, model, rows, tgts = tiny_model_and_batches()
     model = model.to(device).train()
-    optimizer = build_optimizer(cfg.train, model.parameters())
-    scaler = make_scaler(device, precision)  # type: ignore[arg-type]
-    if init_scale is not None:
-        scaler = torch.amp.GradScaler(device.type, init_scale=init_scale)
+    net = nn.parallel.DistributedDataParallel(model, device_ids=None) if ddp else model
+    optimizer = build_optimizer(cfg.train, net.parameters())
+    scaler = (
+        make_scaler(device, precision)  # type: ignore[arg-type]
+        if init_scale is None
+        else torch.amp.GradScaler(device.type, init_scale=init_scale)
+    )
     group = [b.to(device, non_blocking=True) for b in ddp_groups(rows, tgts)]
 
     def step() -> tuple[torch.Tensor, torch.Tensor]:
         return update(
-            model,
+            net,
             group,
             optimizer=optimizer,
             scaler=scaler,
@@ -61,24 +66,29 @@ def _trainer(device: torch.device, precision: str, init_scale: float | None = No
             precision=precision,  # type: ignore[arg-type]
             label_smoothing=0.1,
             clip_norm=1.0,
+            world=2 if ddp else 1,
         )
 
     return model, scaler, step
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
-def test_an_update_on_the_gpu_never_makes_the_host_wait(precision):
-    """CUDA's sync debug mode raises at any call that blocks the host on the device (a value
-    read, a blocking copy, a data-dependent size) inside a whole update: forward, loss,
-    backward, unscaling, clipping and the fused optimizer step."""
-    _, _, step = _trainer(GPU, precision)
-    step()  # the first: the optimizer's state, cuBLAS's handles and workspaces
+def _without_host_syncs(step):
+    """`step()` under CUDA's sync debug mode, which raises at any call that blocks the host
+    on the device (a value read, a blocking copy, a data-dependent size)."""
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        loss, norm = step()
+        return step()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_an_update_on_the_gpu_never_makes_the_host_wait(precision):
+    """A whole update: forward, loss, backward, unscaling, clipping and the fused step."""
+    _, _, step = _trainer(GPU, precision)
+    step()  # the first: the optimizer's state, cuBLAS's handles and workspaces
+    loss, norm = _without_host_syncs(step)
     assert torch.isfinite(loss).item() and torch.isfinite(norm).item()
 
 
@@ -184,22 +194,12 @@ def test_a_ddp_update_over_nccl_never_makes_the_host_wait():
     port = 29700 + os.getpid() % 200
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
-        cfg, model, rows, tgts = tiny_model_and_batches()
-        net = nn.parallel.DistributedDataParallel(model.to(GPU).train(), device_ids=None)
-        optimizer = build_optimizer(cfg.train, net.parameters())
-        group = [b.to(GPU, non_blocking=True) for b in ddp_groups(rows, tgts)]
-        kw = dict(optimizer=optimizer, scaler=make_scaler(GPU, "bf16"), device=GPU)
-        kw.update(precision="bf16", label_smoothing=0.1, clip_norm=1.0, world=2)
+        _, _, step = _trainer(GPU, "bf16", ddp=True)
         # DDP rebuilds its buckets once, at the forward after the first backward (a sync
         # of its own, once a run): two updates before the one watched
         for _ in range(2):
-            update(net, group, **kw)  # type: ignore[arg-type]
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            loss, norm = update(net, group, **kw)  # type: ignore[arg-type]
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+            step()
+        loss, norm = _without_host_syncs(step)
         assert torch.isfinite(loss).item() and torch.isfinite(norm).item()
     finally:
         dist.destroy_process_group()
