@@ -11,7 +11,7 @@ leading dimensions before N ride along (the encoder's two directions).
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 # g · (1 - y²) and g · y (1 - y) from the output y, each one pass (autograd's own kernels);
 # their out= forms write into a given tensor (a slice of the gates' gradient).
@@ -65,3 +65,34 @@ def gru_gates_back(
     d_gh[..., : 2 * size] = d_rz
     torch.mul(d_n, r, out=d_gh[..., 2 * size :])  # d(gh_n) = d(gi_n) r
     return d_gi, d_gh, dh_z
+
+
+class StepGRU(nn.Module):
+    """A decoder's one-layer, one-direction, batch-first `nn.GRU` for decoding, its two
+    products given by a subclass (`gates`): bf16 on laid-out weights (`nmt.laid_out`), int8
+    on packed ones (`nmt.int8`); the gates and the state in float32 (`gru_gates`). Takes and
+    gives what the nn.GRU did: x (B, T, In), h0 (1, B, H) or None -> outputs (B, T, H), h_T
+    (1, B, H), both float32. With T > 1 (a teacher-forced re-read) the input half of every
+    step's gates is one product."""
+
+    def __init__(self, gru: nn.GRU) -> None:
+        super().__init__()
+        assert gru.num_layers == 1 and not gru.bidirectional and gru.batch_first and gru.bias
+        self.input_size, self.hidden_size, self.num_layers = gru.input_size, gru.hidden_size, 1
+
+    def gates(self, x: Tensor, *, hidden: bool) -> Tensor:
+        """x (..., In) -> x W_ihᵀ + b_ih, or with `hidden` h (..., H) -> h W_hhᵀ + b_hh;
+        (..., 3H) float32."""
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        B, T = x.size(0), x.size(1)
+        f32 = torch.float32
+        h = x.new_zeros(B, self.hidden_size, dtype=f32) if h0 is None else h0[0].float()  # (B, H)
+        gi = self.gates(x, hidden=False)  # (B, T, 3H)
+        outs = []
+        for t in range(T):
+            h = gru_gates(gi[:, t], self.gates(h, hidden=True), h, {})  # (B, H)
+            outs.append(h)
+        out = outs[0].unsqueeze(1) if T == 1 else torch.stack(outs, dim=1)  # (B, T, H)
+        return out, h.unsqueeze(0)

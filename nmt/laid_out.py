@@ -41,11 +41,10 @@ import torch
 from torch import Tensor, nn
 
 from nmt import int8, onednn
-from nmt.gru_cell import gru_gates
+from nmt.gru_cell import StepGRU
 from nmt.runtime import cpu_has_bf16_matmul
 
 BF16 = torch.bfloat16
-ROWS = 16  # products' rows padded to a multiple of this at least (`bucket`)
 
 
 def applies(device_type: str, precision: str) -> bool:
@@ -62,43 +61,20 @@ def _lay(weight: Tensor) -> Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(BF16).contiguous(), None)
 
 
-def bucket(n: int) -> int:
-    """n rounded up to a multiple of ROWS, or of an eighth of the power of two above it where
-    that is more (at most 1/4 more: 64 stays, 65 -> 80, 1,216 -> 1,280, 3,300 -> 3,584).
-
-    Why: oneDNN builds a kernel for each new product shape (about 1 ms each, AMX's just-in-
-    time code), and a search meets many: its row count falls at every finished sentence, a
-    batch's shortlist has its own column count, its keys their own row count. Unbucketed, a
-    first pass over test_2016_flickr spent 0.4 s greedy and 0.95 s beam 5 of 1.0 and 3.2 on
-    building them (2 cores of a Xeon with AMX). An AMX tile holds 16 rows: padding to ROWS
-    costs almost no arithmetic."""
-    step = max(ROWS, 1 << max(n.bit_length() - 3, 0))
-    return -(-n // step) * step
-
-
 def _product(x: Tensor, laid: Tensor, bias: Tensor | None, columns: int | None = None) -> Tensor:
     """x (..., in) any float dtype -> x Wᵀ + b (..., out) float32, in bf16, for a weight from
     `_lay` (and its bias in bf16); the first `columns` outputs only where given (a weight
-    padded with zero rows). The rows are padded with zeros to their `bucket`."""
+    padded with zero rows). The rows are padded with zeros to their `onednn.bucket`."""
     flat = x.reshape(-1, x.size(-1))  # (N, in)
-    y = onednn.pointwise(_padded(flat), laid, bias)[: flat.size(0), :columns].float()  # (N, out)
+    rows = onednn.padded_rows(flat, BF16)  # (N', in)
+    y = onednn.pointwise(rows, laid, bias)[: flat.size(0), :columns].float()  # (N, out)
     return y.view(*x.shape[:-1], y.size(-1))
-
-
-def _padded(x: Tensor) -> Tensor:
-    """x (N, K) -> (bucket(N), K) bf16, contiguous: x cast, then zero rows."""
-    n = x.size(0)
-    out = x.new_empty(bucket(n), x.size(1), dtype=BF16)  # (N', K)
-    out[:n] = x  # the cast to bf16 and the copy in one pass
-    if out.size(0) > n:
-        out[n:] = 0
-    return out
 
 
 @dataclass(frozen=True)
 class LaidOut:
     """An output layer (V, E) and its bias (V,) for decoding: bf16 rows to cut a batch's
-    shortlist from (`rows`), and the same rows and bias with zeros up to their `bucket`, the
+    shortlist from (`rows`), and the same rows and bias with zeros up to their `onednn.bucket`, the
     rows laid out: padded once, where they are cut, not at every step."""
 
     weight: Tensor  # (N, E) bf16 rows
@@ -109,7 +85,8 @@ class LaidOut:
     @classmethod
     def of(cls, weight: Tensor, bias: Tensor) -> LaidOut:
         rows, b = weight.detach().to(BF16).contiguous(), bias.detach().to(BF16)  # (N, E), (N,)
-        return cls(rows, b, _lay(_padded(rows)), _padded(b.unsqueeze(1)).squeeze(1))
+        padded = onednn.padded_rows(rows, BF16), onednn.padded_rows(b.unsqueeze(1), BF16)
+        return cls(rows, b, _lay(padded[0]), padded[1].squeeze(1))
 
     def rows(self, index: Tensor) -> LaidOut:
         """The rows `index` (L,) int64 and their biases, laid out: (L, E)."""
@@ -135,33 +112,20 @@ class LaidOutLinear(nn.Module):
         return _product(x, self.laid, self.bias)
 
 
-class LaidOutGRU(nn.Module):
-    """A one-layer, one-direction, batch-first `nn.GRU` for decoding: each step's two products
-    in bf16 on weights laid out once, the gates and the state in float32. Takes and gives
-    what the nn.GRU did: x (B, T, In), h0 (1, B, H) or None -> outputs (B, T, H), h_T
-    (1, B, H), both float32. With T > 1 (a teacher-forced re-read) the input half of every
-    step's gates is one product."""
+class LaidOutGRU(StepGRU):
+    """A decoder's `nn.GRU` (`int8.step_gru`) with its two products in bf16 on weights laid
+    out once (`nmt.gru_cell.StepGRU`: the gates and the state in float32)."""
 
     def __init__(self, gru: nn.GRU) -> None:
-        super().__init__()
-        assert gru.num_layers == 1 and not gru.bidirectional and gru.batch_first and gru.bias
-        self.input_size, self.hidden_size = gru.input_size, gru.hidden_size
-        self.num_layers = 1
+        super().__init__(gru)
         w_ih, w_hh, b_ih, b_hh = gru.all_weights[0]
         self.w_ih, self.w_hh = _lay(w_ih), _lay(w_hh)  # (3H, In), (3H, H)
         self.b_ih, self.b_hh = b_ih.detach().to(BF16), b_hh.detach().to(BF16)  # (3H,)
 
-    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        B, T = x.size(0), x.size(1)
-        f32 = torch.float32
-        h = x.new_zeros(B, self.hidden_size, dtype=f32) if h0 is None else h0[0].float()  # (B, H)
-        gi = _product(x, self.w_ih, self.b_ih)  # (B, T, 3H)
-        outs = []
-        for t in range(T):
-            gh = _product(h, self.w_hh, self.b_hh)  # (B, 3H)
-            h = gru_gates(gi[:, t], gh, h, {})  # (B, H)
-            outs.append(h)
-        return torch.stack(outs, dim=1), h.unsqueeze(0)  # (B, T, H), (1, B, H)
+    def gates(self, x: Tensor, *, hidden: bool) -> Tensor:
+        if hidden:
+            return _product(x, self.w_hh, self.b_hh)  # (..., 3H)
+        return _product(x, self.w_ih, self.b_ih)  # (..., 3H)
 
 
 def lay_out(model: nn.Module) -> nn.Module:

@@ -7,11 +7,29 @@ import pytest
 import torch
 from torch import nn
 
+from nmt import int8, onednn
 from nmt.errors import NmtError
 from nmt.evaluate import bleu
-from nmt.int8 import MIN_INNER, CellGRU, Int8Rows, linear, quantize
+from nmt.int8 import (
+    MIN_INNER,
+    PACKED_ROWS,
+    CellGRU,
+    Int8Rows,
+    Packed,
+    PackedGRU,
+    PackedLinear,
+    linear,
+    packed_linear,
+    quantize,
+)
 from nmt.model import Generator
 from nmt.translate import Translator
+
+# oneDNN's packed int8 products (`nmt.int8.Packed`) where this torch has them: the tests run
+# them on any CPU that does (`packs()` picks them only where they were measured faster)
+oneDNN_int8 = pytest.mark.skipif(
+    int8._QLINEAR is None or not onednn.available, reason="this torch has no oneDNN int8 product"
+)
 
 # How far int8 may move the tiny model's BLEU on its training sentences, in points: its
 # weights' rounding changes a few near-tie choices, not what the model learnt.
@@ -33,9 +51,11 @@ def test_int8_decoding_stays_within_the_tolerance_of_float32(run, request):
         assert sum(g.text == w for g, w in zip(got, want, strict=True)) >= len(want) // 2
 
 
+@pytest.mark.parametrize("packed", [False, pytest.param(True, marks=oneDNN_int8)])
 def test_rnns_and_linear_layers_are_quantized_and_the_output_layer_gets_int8_rows(
-    tiny_copy_run,
+    tiny_copy_run, packed, monkeypatch
 ):
+    monkeypatch.setattr(int8, "packs", lambda: packed)
     model = Translator.from_checkpoint(tiny_copy_run.run_dir, int8=True).model
     plain = {n: m for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.GRU))}
     narrow = {
@@ -44,9 +64,15 @@ def test_rnns_and_linear_layers_are_quantized_and_the_output_layer_gets_int8_row
     assert narrow  # the copy gate at least: a few dot products a row, kept float
     # every other product layer now holds int8 weights
     assert set(plain) == {"generator.out"} | narrow
-    # the decoder's GRU as a quantized cell (`CellGRU`), the encoder's as PyTorch quantizes it
-    assert isinstance(model.decoder.rnn, CellGRU)
-    assert type(model.decoder.rnn.cell).__module__.startswith("torch.ao.nn.quantized.dynamic")
+    # the decoder's GRU as a quantized cell (`CellGRU`), and on oneDNN's packed products as
+    # well where they are taken; the encoder's as PyTorch quantizes it
+    rnn = model.decoder.rnn
+    if packed:
+        assert isinstance(rnn, PackedGRU) and isinstance(rnn.w_ih, Packed)
+        assert isinstance(model.decoder.attention.key_proj, PackedLinear)
+        rnn = rnn.small
+    assert isinstance(rnn, CellGRU)
+    assert type(rnn.cell).__module__.startswith("torch.ao.nn.quantized.dynamic")
     assert type(model.encoder.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic")
     rows = model.generator.out_packed
     assert rows is not None and rows.weight.dtype == torch.int8
@@ -102,6 +128,54 @@ def test_int8_rows_product_is_within_its_rounding_bound():
     got3 = linear(x.view(37, 1, 96).bfloat16(), q, None)
     assert got3.shape == (37, 1, 301)
     assert torch.allclose(got3.view(37, 301), linear(x.bfloat16().float(), q, None))
+
+
+@oneDNN_int8
+@pytest.mark.parametrize("rows", [37, 48, 64])  # padded to 48, a bucket already, and one
+def test_packed_product_is_within_its_rounding_bound(rows):
+    """oneDNN's product quantizes its input per tensor, asymmetric (u8: one scale for the
+    range from min(x, 0) to max(x, 0), a zero point), the weight per row like `Int8Rows`."""
+    torch.manual_seed(3)
+    x, w, b = torch.randn(rows, 96) + 0.5, torch.randn(301, 96) * 0.1, torch.randn(301)
+    q, packed = Int8Rows.of(w), Packed.of(w, b)
+    got, want = packed_linear(x, packed), x @ w.t() + b  # (rows, 301)
+    assert got.shape == (rows, 301) and got.dtype == torch.float32
+    sx = (x.max().clamp(min=0) - x.min().clamp(max=0)) / 255  # the input's step
+    w_hat = q.weight.float() * q.scale.unsqueeze(1)  # (301, 96)
+    bound = x.abs() @ (q.scale / 2).expand(96, 301) + sx / 2 * w_hat.abs().sum(1)
+    err = (got - want).abs()
+    assert (err <= bound * 1.001 + 1e-4).all() and err.max() > 0
+    # leading dimensions, a bf16 input (autocast's), no bias: the same rows' products
+    lead = packed_linear(x.view(rows, 1, 96).bfloat16(), Packed.of(w, None))
+    assert lead.shape == (rows, 1, 301)
+    torch.testing.assert_close(
+        lead.view(rows, 301) + b, packed_linear(x.bfloat16().float(), packed)
+    )
+
+
+@oneDNN_int8
+@pytest.mark.parametrize("batch", [PACKED_ROWS - 1, PACKED_ROWS, 70])
+def test_packed_gru_and_linear_take_onednn_from_packed_rows_on(batch, monkeypatch):
+    """Below `PACKED_ROWS` rows fbgemm's quantized layers (`small`) run, from there on
+    oneDNN's packed products: both within int8's rounding of the float layers."""
+    torch.manual_seed(4)
+    gru, layer = nn.GRU(24, 16, batch_first=True).eval(), nn.Linear(24, 40).eval()
+    pgru, plin = PackedGRU(gru), PackedLinear(layer)
+    calls: list[str] = []
+    monkeypatch.setattr(
+        int8, "packed_linear", lambda *a: calls.append("onednn") or packed_linear(*a)
+    )
+    x, h0 = torch.randn(batch, 2, 24), torch.randn(1, batch, 16)
+    with torch.inference_mode():
+        want_out, want_h = gru(x, h0)
+        got_out, got_h = pgru(x, h0)
+        want_y, got_y = layer(x[:, :1]), plin(x[:, :1])  # (batch, 1, 40)
+    assert got_out.shape == want_out.shape and got_h.shape == want_h.shape
+    torch.testing.assert_close(got_out, want_out, atol=0.05, rtol=0.05)
+    torch.testing.assert_close(got_h, want_h, atol=0.05, rtol=0.05)
+    torch.testing.assert_close(got_y, want_y, atol=0.05, rtol=0.05)
+    # the input's products (one for both steps), each step's state's, the Linear layer's
+    assert calls == ([] if batch < PACKED_ROWS else ["onednn"] * 4)
 
 
 def test_int8_rows_product_is_exact_where_nothing_rounds():
