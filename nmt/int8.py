@@ -32,7 +32,12 @@ keeps it as plain int8 rows, one scale per row (cut like the float weight), and 
 quantizes its input per row on the fly and multiplies with `torch._int_mm` (int32 sums):
 the reference model's shortlisted output layer ran 2.6-3.0x faster than float32 through
 oneDNN (`scripts/bench_output_layer.py`), its greedy and beam-5 decoding 1.1-1.3x (session
-19, docs/benchmarks.md).
+19, docs/benchmarks.md). Where `packs()` and a step has `PACKED_OUTPUT_ROWS` rows or more
+(a beam), the batch's rows are packed for oneDNN at that first step and its products run
+there (`Int8Rows.packed`): packing 3,264 × 512 rows costs about 8 ms, and a product of 320
+rows took 0.92 ms against `linear`'s 2.77 (64 rows: 0.42 against 0.78, which a greedy batch's
+20-odd steps do not repay). Its input is then quantized with one scale, not one a row:
+validation BLEU at beam 5 moved by 0.06 (session 31).
 
 Left in float32, and why:
 - the embeddings: a lookup, not a product;
@@ -93,10 +98,19 @@ class Int8Rows:
         """The rows `index` (L,) int64: (L, K)."""
         return Int8Rows(self.weight.index_select(0, index), self.scale.index_select(0, index))
 
+    @functools.cached_property
+    def packed(self) -> Packed:
+        """These rows packed for oneDNN's product (`Packed`), once, when first asked for."""
+        return Packed.of(self)
+
 
 def linear(x: Tensor, w: Int8Rows, bias: Tensor | None) -> Tensor:
     """x (..., K) float -> x·wᵀ + bias (..., N) float32, in int8: each row of x quantized
-    on the fly like the weight's rows (its own scale, symmetric), int32 sums."""
+    on the fly like the weight's rows (its own scale, symmetric), int32 sums; from
+    `PACKED_OUTPUT_ROWS` rows on, where `packs()`, oneDNN's product on the rows packed
+    (`packed_linear`: x quantized with one scale)."""
+    if x.numel() >= PACKED_OUTPUT_ROWS * x.size(-1) and packs():
+        return packed_linear(x, w.packed, bias)
     xq = Int8Rows.of(x.reshape(-1, x.size(-1)))  # (M, K) the input's rows, quantized alike
     acc = torch._int_mm(xq.weight, w.weight.t())  # (M, N) int32
     out = acc.to(torch.float32).mul_(xq.scale.unsqueeze(1))  # (M, N)
@@ -109,6 +123,9 @@ def linear(x: Tensor, w: Int8Rows, bias: Tensor | None) -> Tensor:
 _QLINEAR = getattr(getattr(torch.ops, "onednn", None), "qlinear_pointwise", None)
 # Rows from which oneDNN's packed int8 products run faster than fbgemm's (see above)
 PACKED_ROWS = 48
+# Rows from which a shortlisted output layer's products pay for packing its rows once a
+# batch (8 ms for 3,264 × 512, against 0.36 ms saved a step at 64 rows, 1.9 at 320)
+PACKED_OUTPUT_ROWS = 128
 
 
 @functools.cache
@@ -130,24 +147,25 @@ def packs() -> bool:
 
 @dataclass(frozen=True)
 class Packed:
-    """A weight (N, K) and its bias for oneDNN's int8 product: `Int8Rows`' int8 rows, packed
-    once into oneDNN's layout, their scales, and the bias in float32."""
+    """A weight (N, K) for oneDNN's int8 product: `Int8Rows`' int8 rows packed into oneDNN's
+    layout (AMX's tiles where the CPU has them), and their scales."""
 
     packed: Tensor  # oneDNN's layout of the (N, K) int8 rows
     scale: Tensor  # (N,) float32
     zero: Tensor  # (N,) int32 zeros: symmetric rows
-    bias: Tensor | None  # (N,) float32
 
     @classmethod
-    def of(cls, weight: Tensor, bias: Tensor | None) -> Packed:
-        rows = Int8Rows.of(weight)
+    def of(cls, rows: Int8Rows) -> Packed:
         zero = torch.zeros(rows.scale.numel(), dtype=torch.int32)
-        b = None if bias is None else bias.detach().float()
-        return cls(torch.ops.onednn.qlinear_prepack(rows.weight, None), rows.scale, zero, b)
+        return cls(torch.ops.onednn.qlinear_prepack(rows.weight, None), rows.scale, zero)
 
 
-def packed_linear(x: Tensor, w: Packed) -> Tensor:
-    """x (..., K) float -> x·wᵀ + its bias (..., N) float32, in int8: x quantized on the fly
+def _float(bias: Tensor | None) -> Tensor | None:
+    return None if bias is None else bias.detach().float()
+
+
+def packed_linear(x: Tensor, w: Packed, bias: Tensor | None) -> Tensor:
+    """x (..., K) float -> x·wᵀ + bias (..., N) float32, in int8: x quantized on the fly
     (`quantize_per_tensor_dynamic`: its range, then its u8 copy), its rows in float32 and
     padded to their `onednn.bucket` (zeros: inside any range; their outputs dropped)."""
     assert _QLINEAR is not None
@@ -160,7 +178,7 @@ def packed_linear(x: Tensor, w: Packed) -> Tensor:
     activations = (qx.view(torch.uint8), qx.q_scale(), qx.q_zero_point())
     # float32 out as it is (scale 1, zero point 0), no post-op
     y = _QLINEAR(
-        *activations, w.packed, w.scale, w.zero, w.bias, 1.0, 0, torch.float32, "none", [], ""
+        *activations, w.packed, w.scale, w.zero, _float(bias), 1.0, 0, torch.float32, "none", [], ""
     )  # (M', N)
     return y[:m].view(*x.shape[:-1], -1)  # (..., N)
 
@@ -173,13 +191,14 @@ class PackedLinear(nn.Module):
     def __init__(self, layer: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = layer.in_features, layer.out_features
-        self.weight_packed = Packed.of(layer.weight, layer.bias)
+        self.weight_packed = Int8Rows.of(layer.weight).packed
+        self.bias = _float(layer.bias)  # (out,)
         self.small = _fbgemm(layer, {nn.Linear})
 
     def forward(self, x: Tensor) -> Tensor:
         if x.numel() < PACKED_ROWS * x.size(-1):
             return self.small(x)
-        return packed_linear(x, self.weight_packed)
+        return packed_linear(x, self.weight_packed, self.bias)
 
 
 class PackedGRU(StepGRU):
@@ -190,11 +209,14 @@ class PackedGRU(StepGRU):
     def __init__(self, gru: nn.GRU) -> None:
         super().__init__(gru)
         w_ih, w_hh, b_ih, b_hh = gru.all_weights[0]
-        self.w_ih, self.w_hh = Packed.of(w_ih, b_ih), Packed.of(w_hh, b_hh)
+        self.w_ih, self.w_hh = Int8Rows.of(w_ih).packed, Int8Rows.of(w_hh).packed
+        self.b_ih, self.b_hh = _float(b_ih), _float(b_hh)  # (3H,)
         self.small = _fbgemm(CellGRU(gru), {nn.GRUCell})
 
     def gates(self, x: Tensor, *, hidden: bool) -> Tensor:
-        return packed_linear(x, self.w_hh if hidden else self.w_ih)  # (..., 3H)
+        if hidden:
+            return packed_linear(x, self.w_hh, self.b_hh)  # (..., 3H)
+        return packed_linear(x, self.w_ih, self.b_ih)  # (..., 3H)
 
     def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
         if x.size(0) < PACKED_ROWS:

@@ -12,6 +12,7 @@ from nmt.errors import NmtError
 from nmt.evaluate import bleu
 from nmt.int8 import (
     MIN_INNER,
+    PACKED_OUTPUT_ROWS,
     PACKED_ROWS,
     CellGRU,
     Int8Rows,
@@ -130,6 +131,14 @@ def test_int8_rows_product_is_within_its_rounding_bound():
     assert torch.allclose(got3.view(37, 301), linear(x.bfloat16().float(), q, None))
 
 
+def _tensor_bound(x: torch.Tensor, q: Int8Rows) -> torch.Tensor:
+    """`_bound` for an input quantized per tensor, asymmetric (u8: one step for the range
+    from min(x, 0) to max(x, 0), a zero point), as oneDNN's product quantizes it."""
+    sx = (x.max().clamp(min=0) - x.min().clamp(max=0)) / 255  # the input's step
+    w_hat = q.weight.float() * q.scale.unsqueeze(1)  # (N, K)
+    return x.abs() @ (q.scale / 2).unsqueeze(0).expand(x.size(1), -1) + sx / 2 * w_hat.abs().sum(1)
+
+
 @oneDNN_int8
 @pytest.mark.parametrize("rows", [37, 48, 64])  # padded to 48, a bucket already, and one
 def test_packed_product_is_within_its_rounding_bound(rows):
@@ -137,19 +146,16 @@ def test_packed_product_is_within_its_rounding_bound(rows):
     range from min(x, 0) to max(x, 0), a zero point), the weight per row like `Int8Rows`."""
     torch.manual_seed(3)
     x, w, b = torch.randn(rows, 96) + 0.5, torch.randn(301, 96) * 0.1, torch.randn(301)
-    q, packed = Int8Rows.of(w), Packed.of(w, b)
-    got, want = packed_linear(x, packed), x @ w.t() + b  # (rows, 301)
+    q = Int8Rows.of(w)
+    got, want = packed_linear(x, q.packed, b), x @ w.t() + b  # (rows, 301)
     assert got.shape == (rows, 301) and got.dtype == torch.float32
-    sx = (x.max().clamp(min=0) - x.min().clamp(max=0)) / 255  # the input's step
-    w_hat = q.weight.float() * q.scale.unsqueeze(1)  # (301, 96)
-    bound = x.abs() @ (q.scale / 2).expand(96, 301) + sx / 2 * w_hat.abs().sum(1)
     err = (got - want).abs()
-    assert (err <= bound * 1.001 + 1e-4).all() and err.max() > 0
+    assert (err <= _tensor_bound(x, q) * 1.001 + 1e-4).all() and err.max() > 0
     # leading dimensions, a bf16 input (autocast's), no bias: the same rows' products
-    lead = packed_linear(x.view(rows, 1, 96).bfloat16(), Packed.of(w, None))
+    lead = packed_linear(x.view(rows, 1, 96).bfloat16(), q.packed, None)
     assert lead.shape == (rows, 1, 301)
     torch.testing.assert_close(
-        lead.view(rows, 301) + b, packed_linear(x.bfloat16().float(), packed)
+        lead.view(rows, 301) + b, packed_linear(x.bfloat16().float(), q.packed, b)
     )
 
 
@@ -176,6 +182,33 @@ def test_packed_gru_and_linear_take_onednn_from_packed_rows_on(batch, monkeypatc
     torch.testing.assert_close(got_y, want_y, atol=0.05, rtol=0.05)
     # the input's products (one for both steps), each step's state's, the Linear layer's
     assert calls == ([] if batch < PACKED_ROWS else ["onednn"] * 4)
+
+
+@oneDNN_int8
+def test_int8_rows_product_takes_the_packed_rows_from_packed_output_rows_on(monkeypatch):
+    """An output layer's product packs its rows once, at its first call of
+    `PACKED_OUTPUT_ROWS` rows or more, and runs on them from then on; below, per-row int8."""
+    monkeypatch.setattr(int8, "packs", lambda: True)
+    torch.manual_seed(5)
+    w, b = torch.randn(300, 64) * 0.1, torch.randn(300)
+    q = Int8Rows.of(w)
+    small, large = torch.randn(PACKED_OUTPUT_ROWS - 1, 64), torch.randn(PACKED_OUTPUT_ROWS, 64)
+    got_small = linear(small, q, b)
+    assert "packed" not in vars(q)  # not packed for the smaller call
+    torch.testing.assert_close(got_small, _per_row(small, q, b), rtol=1e-5, atol=1e-5)
+    got = linear(large, q, b)
+    assert vars(q)["packed"] is q.packed  # packed once, kept
+    assert torch.equal(got, packed_linear(large, q.packed, b))
+    err = (got - (large @ w.t() + b)).abs()
+    assert (err <= _tensor_bound(large, q) * 1.001 + 1e-4).all()
+
+
+def _per_row(x: torch.Tensor, q: Int8Rows, bias: torch.Tensor) -> torch.Tensor:
+    """`linear`'s per-row product, written out (the same up to float32 rounding; a product
+    quantized otherwise differs by int8's steps, about 1e-3 here)."""
+    xq = Int8Rows.of(x)
+    acc = (xq.weight.long() @ q.weight.long().t()).float()  # exact int sums
+    return acc * xq.scale.unsqueeze(1) * q.scale + bias
 
 
 def test_int8_rows_product_is_exact_where_nothing_rounds():
