@@ -18,6 +18,8 @@ libraries).
 `weight_grad` for its weight gradients; `linear_layer` is an `nn.Linear`'s forward with its
 two backward products through oneDNN too, and `layer(module, x)` is what a model calls in
 place of `module(x)` for its `nn.Linear` layers (int8's quantized ones run themselves).
+`bucket` and `padded_rows` pad decoding's products' rows (`nmt.laid_out`'s bf16 ones,
+`nmt.int8`'s packed int8 ones) to a few sizes, so that oneDNN builds few kernels.
 """
 
 from __future__ import annotations
