@@ -19,6 +19,7 @@ from nmt.search import (
     Hypothesis,
     LengthPenalty,
     SearchResult,
+    _best,
     _top,
     beam_search,
     greedy,
@@ -423,6 +424,28 @@ def test_search_never_emits_pad_or_bos_even_when_they_are_likeliest(search):
     # The words come from the tables as without the specials.
     without = run_greedy([0], [3]) if search == "greedy" else run_beam([0], [3], beam=3)
     assert result.best[0].tokens == without.best[0].tokens
+
+
+@pytest.mark.parametrize("kind", ["distinct", "ties", "mostly_minus_inf"])
+@pytest.mark.parametrize("columns", [64 * 51, 64 * 4, 64 * 3, 500])
+def test_maximum_by_blocks_is_max_with_the_first_column(kind: str, columns: int) -> None:
+    """`_best` (blocks' maxima first) against `max(dim=1)`: the same values and the same
+    columns, the first of equal ones (greedy's choice among ties); rows of -inf but one
+    column, a row of nothing finite, a width of too few blocks and one of no whole number of
+    blocks (`max` itself)."""
+    gen = torch.Generator().manual_seed(columns)
+    cand = torch.randn(9, columns, generator=gen)
+    if kind == "ties":
+        cand = cand.mul(2).round()  # the largest value in several columns of a row
+        cand[1, :] = 0.0  # a whole row of ties: column 0
+        cand[2, [70 % columns, columns - 1]] = 9.0  # ties in two blocks: the earlier one
+    elif kind == "mostly_minus_inf":
+        cand[:, columns // 3 :] = -math.inf
+        cand[0] = -math.inf  # a row with nothing finite: column 0, as max gives
+        cand[1, :-1] = -math.inf  # one finite column, the last
+    top, at = _best(cand)
+    want, want_at = cand.max(dim=1)
+    assert torch.equal(top, want) and torch.equal(at, want_at)
 
 
 @pytest.mark.parametrize("kind", ["distinct", "ties", "mostly_minus_inf"])
