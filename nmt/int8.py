@@ -23,8 +23,8 @@ One thread of a Xeon with AMX, µs, fbgemm against oneDNN (`packed_linear`'s pro
 step 768 -> 512 at 4 rows 140 against 273, 16: 236/271, 50: ~530/~520, 64: 616-681/471-510,
 128: 1,147/773, 320: 2,867/1,603; a Linear 1,024 -> 512 at 64 rows 126-145/102-112, at 320
 645/385 (session 31). `packed_linear`, the output rows' product below, quantizes its input
-in Python first: 40-60 µs a call more than `layer_product` (8 shapes of 64 and 320 rows). A batch of 64 is 320 rows at beam 5; greedy starts at 64 and falls as its
-sentences end.
+in Python first: 40-60 µs a call more than `layer_product` (8 shapes of 64 and 320 rows).
+A batch of 64 is 320 rows at beam 5; greedy starts at 64 and falls as its sentences end.
 
 The output layer (`generator.out`) is quantized here, not by PyTorch: tied to the target
 embedding in most configs, and cut per batch to its shortlist (`nmt.shortlist`) by indexing
