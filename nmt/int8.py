@@ -133,7 +133,8 @@ PACKED_OUTPUT_ROWS = 128
 @functools.cache
 def packs() -> bool:
     """Whether the decoder's GRU, the Linear layers and a beam's output layer take oneDNN's
-    packed int8 products here (`Packed`): oneDNN present and the CPU with int8 dot-product
+    packed int8 products here (`Packed`, `layer_weights`): oneDNN present (PyTorch's
+    quantized engine of that name included) and the CPU with int8 dot-product
     units (AVX512-VNNI; AMX's come with them), where they were measured faster than fbgemm's.
     Without them oneDNN sums pairs of u8·s8 products in int16, which full-range u8 inputs
     can saturate (oneDNN's guide, "Nuances of int8 computations")."""
