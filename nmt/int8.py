@@ -15,16 +15,14 @@ bit, without its sequence handling (beam 5 2-4 % faster, greedy unchanged, sessi
 
 Where `packs()` (oneDNN in this torch, a CPU with AVX512-VNNI: AMX's come with it), the
 decoder's GRU and the Linear layers run oneDNN's int8 product on weights packed once at load
-(`layer_weights`, `layer_product`: PyTorch's dynamic quantized Linear on its oneDNN engine,
-the input quantized inside the call to u8, the weight's int8 rows with a scale each, int32
-sums, float32 out with the bias) from `PACKED_ROWS` rows on, and fbgemm's below
-(`PackedGRU`, `PackedLinear`; their `small`): fbgemm starts faster, oneDNN scales better.
-One thread of a Xeon with AMX, µs, fbgemm against oneDNN (`packed_linear`'s product): a GRU
-step 768 -> 512 at 4 rows 140 against 273, 16: 236/271, 50: ~530/~520, 64: 616-681/471-510,
-128: 1,147/773, 320: 2,867/1,603; a Linear 1,024 -> 512 at 64 rows 126-145/102-112, at 320
-645/385 (session 31). `packed_linear`, the output rows' product below, quantizes its input
-in Python first: 40-60 µs a call more than `layer_product` (8 shapes of 64 and 320 rows).
-A batch of 64 is 320 rows at beam 5; greedy starts at 64 and falls as its sentences end.
+(`Packed`, `packed_linear`: the input quantized per call to u8, the weight's int8 rows with a
+scale each, int32 sums, float32 out with the bias) from `PACKED_ROWS` rows on, and fbgemm's
+below (`PackedGRU`, `PackedLinear`; their `small`): fbgemm starts faster, oneDNN scales
+better. One thread of a Xeon with AMX, µs, fbgemm against oneDNN: a GRU step 768 -> 512 at
+4 rows 140 against 273, 16: 236/271, 50: ~530/~520, 64: 616-681/471-510, 128: 1,147/773,
+320: 2,867/1,603; a Linear 1,024 -> 512 at 64 rows 126-145/102-112, at 320 645/385
+(session 31). A batch of 64 is 320 rows at beam 5; greedy starts at 64 and falls as its
+sentences end.
 
 The output layer (`generator.out`) is quantized here, not by PyTorch: tied to the target
 embedding in most configs, and cut per batch to its shortlist (`nmt.shortlist`) by indexing
@@ -62,7 +60,7 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 import torch
 from torch import Tensor, nn
@@ -133,8 +131,7 @@ PACKED_OUTPUT_ROWS = 128
 @functools.cache
 def packs() -> bool:
     """Whether the decoder's GRU, the Linear layers and a beam's output layer take oneDNN's
-    packed int8 products here (`Packed`, `layer_weights`): oneDNN present (PyTorch's
-    quantized engine of that name included) and the CPU with int8 dot-product
+    packed int8 products here (`Packed`): oneDNN present and the CPU with int8 dot-product
     units (AVX512-VNNI; AMX's come with them), where they were measured faster than fbgemm's.
     Without them oneDNN sums pairs of u8·s8 products in int16, which full-range u8 inputs
     can saturate (oneDNN's guide, "Nuances of int8 computations")."""
@@ -142,8 +139,7 @@ def packs() -> bool:
         vnni = bool(torch.cpu._is_vnni_supported())
     except AttributeError:  # a torch without the probe
         vnni = False
-    engines = torch.backends.quantized.supported_engines
-    if not (_QLINEAR is not None and onednn.available and vnni and "onednn" in engines):
+    if not (_QLINEAR is not None and onednn.available and vnni):
         return False
     with warnings.catch_warnings():  # PyTorch's deprecation notice of quantized tensors,
         warnings.simplefilter("ignore")  # once a process: given here, quietly
@@ -175,7 +171,10 @@ def packed_linear(x: Tensor, w: Packed, bias: Tensor | None) -> Tensor:
     (`quantize_per_tensor_dynamic`: its range, then its u8 copy), its rows in float32 and
     padded to their `onednn.bucket` (zeros: inside any range; their outputs dropped)."""
     assert _QLINEAR is not None
-    rows, m = _bucketed(x)  # (M', K) float32
+    flat = x.reshape(-1, x.size(-1))  # (M, K)
+    m = flat.size(0)
+    cast = onednn.bucket(m) != m or flat.dtype != torch.float32  # autocast gives bf16 rows
+    rows = onednn.padded_rows(flat, torch.float32) if cast else flat  # (M', K) float32
     qx = torch.quantize_per_tensor_dynamic(rows, torch.quint8, False)  # (M', K)
     # u8 values (a view of its storage: `int_repr` would copy them), their scale and zero point
     activations = (qx.view(torch.uint8), qx.q_scale(), qx.q_zero_point())
@@ -183,41 +182,6 @@ def packed_linear(x: Tensor, w: Packed, bias: Tensor | None) -> Tensor:
     y = _QLINEAR(
         *activations, w.packed, w.scale, w.zero, _float(bias), 1.0, 0, torch.float32, "none", [], ""
     )  # (M', N)
-    return y[:m].view(*x.shape[:-1], -1)  # (..., N)
-
-
-def _bucketed(x: Tensor) -> tuple[Tensor, int]:
-    """x (..., K) -> its M rows (M', K) float32, padded with zero rows to their
-    `onednn.bucket` (oneDNN builds a kernel for each new shape), and M."""
-    flat = x.reshape(-1, x.size(-1))  # (M, K)
-    m = flat.size(0)
-    cast = onednn.bucket(m) != m or flat.dtype != torch.float32  # autocast gives bf16 rows
-    return (onednn.padded_rows(flat, torch.float32) if cast else flat), m
-
-
-def layer_weights(weight: Tensor, bias: Tensor | None) -> Any:
-    """A layer's weight (N, K) and bias packed once for `layer_product`: `Int8Rows`' rows and
-    scales, as PyTorch's quantized Linear on oneDNN's engine packs them."""
-    rows = Int8Rows.of(weight)
-    zero = torch.zeros(rows.scale.numel(), dtype=torch.long)
-    w = weight.detach().float()  # (N, K)
-    with warnings.catch_warnings():  # PyTorch's deprecation notice of quantized tensors
-        warnings.simplefilter("ignore")
-        q = torch.quantize_per_channel(w, rows.scale.double(), zero, 0, torch.qint8)
-    engine = torch.backends.quantized.engine
-    torch.backends.quantized.engine = "onednn"  # the packing's kind; the call follows it
-    try:
-        return torch.ops.quantized.linear_prepack(q, _float(bias))
-    finally:
-        torch.backends.quantized.engine = engine
-
-
-def layer_product(x: Tensor, packed: Any) -> Tensor:
-    """x (..., K) float -> x·wᵀ + b (..., N) float32 for `layer_weights`' w and b: PyTorch's
-    dynamic quantized Linear (`quantized::linear_dynamic`) on oneDNN, x quantized inside the
-    call like `packed_linear`'s, 40-60 µs a call less than it (its quantizing in Python)."""
-    rows, m = _bucketed(x)  # (M', K)
-    y = torch.ops.quantized.linear_dynamic(rows, packed, False)  # (M', N)
     return y[:m].view(*x.shape[:-1], -1)  # (..., N)
 
 
@@ -229,13 +193,14 @@ class PackedLinear(nn.Module):
     def __init__(self, layer: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = layer.in_features, layer.out_features
-        self.weight_packed = layer_weights(layer.weight, layer.bias)
+        self.weight_packed = Int8Rows.of(layer.weight).packed
+        self.bias = _float(layer.bias)  # (out,)
         self.small = _fbgemm(layer, {nn.Linear})
 
     def forward(self, x: Tensor) -> Tensor:
         if x.numel() < PACKED_ROWS * x.size(-1):
             return self.small(x)
-        return layer_product(x, self.weight_packed)
+        return packed_linear(x, self.weight_packed, self.bias)
 
 
 class PackedGRU(StepGRU):
@@ -246,11 +211,14 @@ class PackedGRU(StepGRU):
     def __init__(self, gru: nn.GRU) -> None:
         super().__init__(gru)
         w_ih, w_hh, b_ih, b_hh = gru.all_weights[0]
-        self.w_ih, self.w_hh = layer_weights(w_ih, b_ih), layer_weights(w_hh, b_hh)
+        self.w_ih, self.w_hh = Int8Rows.of(w_ih).packed, Int8Rows.of(w_hh).packed
+        self.b_ih, self.b_hh = _float(b_ih), _float(b_hh)  # (3H,)
         self.small = _fbgemm(CellGRU(gru), {nn.GRUCell})
 
     def gates(self, x: Tensor, *, hidden: bool) -> Tensor:
-        return layer_product(x, self.w_hh if hidden else self.w_ih)  # (..., 3H)
+        if hidden:
+            return packed_linear(x, self.w_hh, self.b_hh)  # (..., 3H)
+        return packed_linear(x, self.w_ih, self.b_ih)  # (..., 3H)
 
     def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
         if x.size(0) < PACKED_ROWS:

@@ -16,10 +16,9 @@ from nmt.int8 import (
     PACKED_ROWS,
     CellGRU,
     Int8Rows,
+    Packed,
     PackedGRU,
     PackedLinear,
-    layer_product,
-    layer_weights,
     linear,
     packed_linear,
     quantize,
@@ -70,10 +69,7 @@ def test_rnns_and_linear_layers_are_quantized_and_the_output_layer_gets_int8_row
     # well where they are taken; the encoder's as PyTorch quantizes it
     rnn = model.decoder.rnn
     if packed:
-        assert isinstance(rnn, PackedGRU)
-        w_ih, b_ih = torch.ops.quantized.linear_unpack(rnn.w_ih)  # its int8 rows, its bias
-        assert w_ih.dtype == torch.qint8 and b_ih is not None
-        assert w_ih.shape == (3 * rnn.hidden_size, rnn.input_size)
+        assert isinstance(rnn, PackedGRU) and isinstance(rnn.w_ih, Packed)
         assert isinstance(model.decoder.attention.key_proj, PackedLinear)
         rnn = rnn.small
     assert isinstance(rnn, CellGRU)
@@ -143,31 +139,23 @@ def _tensor_bound(x: torch.Tensor, q: Int8Rows) -> torch.Tensor:
     return x.abs() @ (q.scale / 2).unsqueeze(0).expand(x.size(1), -1) + sx / 2 * w_hat.abs().sum(1)
 
 
-def _onednn_product(kind: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None):
-    """x·wᵀ + b by one of int8's two oneDNN products: the output rows' (`packed_linear` on
-    `Int8Rows.packed`) or the layers' (`layer_product` on `layer_weights`)."""
-    if kind == "rows":
-        return packed_linear(x, Int8Rows.of(w).packed, b)
-    return layer_product(x, layer_weights(w, b))
-
-
 @oneDNN_int8
-@pytest.mark.parametrize("kind", ["rows", "layer"])
 @pytest.mark.parametrize("rows", [37, 48, 64])  # padded to 48, a bucket already, and one
-def test_onednn_products_are_within_their_rounding_bound(kind, rows):
-    """oneDNN's products quantize their input per tensor, asymmetric (u8: one scale for the
+def test_packed_product_is_within_its_rounding_bound(rows):
+    """oneDNN's product quantizes its input per tensor, asymmetric (u8: one scale for the
     range from min(x, 0) to max(x, 0), a zero point), the weight per row like `Int8Rows`."""
     torch.manual_seed(3)
     x, w, b = torch.randn(rows, 96) + 0.5, torch.randn(301, 96) * 0.1, torch.randn(301)
-    got, want = _onednn_product(kind, x, w, b), x @ w.t() + b  # (rows, 301)
+    q = Int8Rows.of(w)
+    got, want = packed_linear(x, q.packed, b), x @ w.t() + b  # (rows, 301)
     assert got.shape == (rows, 301) and got.dtype == torch.float32
     err = (got - want).abs()
-    assert (err <= _tensor_bound(x, Int8Rows.of(w)) * 1.001 + 1e-4).all() and err.max() > 0
+    assert (err <= _tensor_bound(x, q) * 1.001 + 1e-4).all() and err.max() > 0
     # leading dimensions, a bf16 input (autocast's), no bias: the same rows' products
-    lead = _onednn_product(kind, x.view(rows, 1, 96).bfloat16(), w, None)
+    lead = packed_linear(x.view(rows, 1, 96).bfloat16(), q.packed, None)
     assert lead.shape == (rows, 1, 301)
     torch.testing.assert_close(
-        lead.view(rows, 301) + b, _onednn_product(kind, x.bfloat16().float(), w, b)
+        lead.view(rows, 301) + b, packed_linear(x.bfloat16().float(), q.packed, b)
     )
 
 
@@ -181,7 +169,7 @@ def test_packed_gru_and_linear_take_onednn_from_packed_rows_on(batch, monkeypatc
     pgru, plin = PackedGRU(gru), PackedLinear(layer)
     calls: list[str] = []
     monkeypatch.setattr(
-        int8, "layer_product", lambda *a: calls.append("onednn") or layer_product(*a)
+        int8, "packed_linear", lambda *a: calls.append("onednn") or packed_linear(*a)
     )
     x, h0 = torch.randn(batch, 2, 24), torch.randn(1, batch, 16)
     with torch.inference_mode():
