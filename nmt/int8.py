@@ -110,7 +110,7 @@ def linear(x: Tensor, w: Int8Rows, bias: Tensor | None) -> Tensor:
     `PACKED_OUTPUT_ROWS` rows on, where `packs()`, oneDNN's product on the rows packed
     (`packed_linear`: x quantized with one scale)."""
     if x.numel() >= PACKED_OUTPUT_ROWS * x.size(-1) and packs():
-        return packed_linear(x, w.packed, bias)
+        return packed_linear(x, w.packed, _float(bias))
     xq = Int8Rows.of(x.reshape(-1, x.size(-1)))  # (M, K) the input's rows, quantized alike
     acc = torch._int_mm(xq.weight, w.weight.t())  # (M, N) int32
     out = acc.to(torch.float32).mul_(xq.scale.unsqueeze(1))  # (M, N)
@@ -167,7 +167,8 @@ def _float(bias: Tensor | None) -> Tensor | None:
 
 
 def packed_linear(x: Tensor, w: Packed, bias: Tensor | None) -> Tensor:
-    """x (..., K) float -> x·wᵀ + bias (..., N) float32, in int8: x quantized on the fly
+    """x (..., K) float -> x·wᵀ + bias (..., N) float32 (bias float32 or None), in int8: x
+    quantized on the fly
     (`quantize_per_tensor_dynamic`: its range, then its u8 copy), its rows in float32 and
     padded to their `onednn.bucket` (zeros: inside any range; their outputs dropped)."""
     assert _QLINEAR is not None
@@ -180,7 +181,7 @@ def packed_linear(x: Tensor, w: Packed, bias: Tensor | None) -> Tensor:
     activations = (qx.view(torch.uint8), qx.q_scale(), qx.q_zero_point())
     # float32 out as it is (scale 1, zero point 0), no post-op
     y = _QLINEAR(
-        *activations, w.packed, w.scale, w.zero, _float(bias), 1.0, 0, torch.float32, "none", [], ""
+        *activations, w.packed, w.scale, w.zero, bias, 1.0, 0, torch.float32, "none", [], ""
     )  # (M', N)
     return y[:m].view(*x.shape[:-1], -1)  # (..., N)
 
