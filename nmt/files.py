@@ -196,8 +196,10 @@ def check_output(path: Path, what: str, inputs: Sequence[tuple[Path, str]] = ())
     """Before any work: `path` (option `what`) can be written, and is none of `inputs`
     ((path, option) pairs: an output written over its own input loses the input).
 
-    A device or FIFO passes as it is (written in place); otherwise `check_writable`, on the
-    file a symlink points to.
+    A device or FIFO passes as it is (written in place); a regular file with no write
+    permission for anyone (mode 0444, the link's target for a symlink) is refused, root or
+    not, as the user's own mark; otherwise `check_writable`, on the file a symlink points
+    to.
     """
     for source, option in inputs:
         if same_file(path, source):
@@ -209,6 +211,11 @@ def check_output(path: Path, what: str, inputs: Sequence[tuple[Path, str]] = ())
         mode = os.stat(path).st_mode
         if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
             return
+        if stat.S_ISREG(mode) and not mode & 0o222:  # nobody may write it: the user's choice
+            raise FileError(
+                f"{what} {path}: the file is read-only; nmt does not replace it: make it "
+                "writable or choose another name"
+            )
     check_writable(Path(os.path.realpath(path)) if path.is_symlink() else path, what)
 
 

@@ -115,6 +115,20 @@ def test_a_replaced_output_keeps_its_mode_and_a_hard_link_stays_one_file(tiny_ru
     assert done.returncode == 0 and stat.S_IMODE(plain.stat().st_mode) == 0o600
 
 
+@pytest.mark.parametrize("option", ["--output", "--attention-plot", "--output via symlink"])
+def test_a_read_only_output_is_refused_and_kept(tiny_run, tmp_path, option):
+    """A file nobody may write (0444) is the user's mark: refused before any work, even for
+    root (who could replace it), the file unchanged; also behind a symlink."""
+    kept = user_file(tmp_path / "mine.png", mode=0o444)
+    name, flag = kept.path, option.split()[0]
+    if option.endswith("symlink"):
+        name = tmp_path / "link.png"
+        name.symlink_to(kept.path)
+    done = nmt("translate", "-m", tiny_run.run_dir, "a dog", flag, name, cwd=tmp_path)
+    assert_refused(done, f"{flag} {name}: the file is read-only")
+    assert kept.unchanged()
+
+
 @pytest.mark.parametrize("which", ["--ref", "--src", "hardlink-of-ref", "symlink-of-src"])
 def test_eval_refuses_an_output_that_is_one_of_its_inputs(tiny_run, tmp_path, which):
     src = user_file(tmp_path / "test.en", "a dog runs\n", 0o644)
