@@ -42,9 +42,10 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
 
 
-def additive_hidden(q: Tensor, keys: Tensor) -> tuple[Tensor, bool]:
+def additive_hidden(q: Tensor, keys: Tensor, out: Tensor | None = None) -> tuple[Tensor, bool]:
     """The additive (concat) scorer's hidden layer for every query/key pair: tanh(q + k), with
-    q and keys already broadcast against each other (..., T, 1, A) and (..., 1, S, A).
+    q and keys already broadcast against each other (..., T, 1, A) and (..., 1, S, A);
+    written into `out` (float32, their broadcast shape) where given.
 
     In float32 it returns σ(2q + 2k) and True instead: tanh(x) = 2σ(2x) − 1 exactly, and
     ATen's float32 tanh runs about 3.5× slower than its sigmoid on AVX2 CPUs (5.6M values:
@@ -56,7 +57,7 @@ def additive_hidden(q: Tensor, keys: Tensor) -> tuple[Tensor, bool]:
     if q.dtype != torch.float32 or keys.dtype != torch.float32:
         return torch.tanh(q + keys), False
     # alpha=2 doubles the keys inside the add's own pass; the sigmoid runs in place on it
-    return torch.add(q * 2, keys, alpha=2).sigmoid_(), True
+    return torch.add(q * 2, keys, alpha=2, out=out).sigmoid_(), True
 
 
 def from_sigmoid(scores: Tensor, v_sum: Tensor) -> Tensor:
@@ -219,10 +220,11 @@ class BilinearAttention(Attention):
 
 
 # Decoding's concat hidden layer, where it holds more than CHUNKED_ABOVE values, is computed
-# in chunks of about CHUNK_VALUES (512 KB of float32, within a core's L2 cache). Beam 5 (320
-# rows) is chunked, greedy's 64 rows mostly not: near the cache's size, they would only gain
-# operators (test_2016_flickr, two workers, session 29: beam 5 bf16 5 % faster; greedy bf16
-# 4 % slower chunked at every step).
+# in chunks of about CHUNK_VALUES (512 KB of float32, within a core's L2 cache) by
+# `chunked_scores`. Beam 5 (320 rows) is chunked, greedy's 64 rows mostly not: near the
+# cache's size, they would only gain operators (test_2016_flickr, two workers: session 29,
+# greedy bf16 4 % slower chunked at every step; session 32, int8, 10 alternated pairs, 3
+# faster, medians 0.769 → 0.791 s).
 CHUNK_VALUES = 1 << 17
 CHUNKED_ABOVE = 8 * CHUNK_VALUES
 
@@ -254,23 +256,42 @@ class ConcatAttention(Attention):
     def _hidden_scores(self, q: Tensor, proj_keys: Tensor) -> tuple[Tensor, bool]:
         """q (B, T, A) projected queries, proj_keys (B, S, A) -> vᵀ of the hidden layer (B, T,
         S) and whether that layer is `additive_hidden`'s sigmoid form."""
-        per = q.size(1) * proj_keys.size(1) * q.size(2)  # hidden values a sentence: T·S·A
-        whole = torch.is_grad_enabled() or proj_keys.size(0) != q.size(0)  # (keys broadcast)
-        if whole or q.size(0) * per <= CHUNKED_ABOVE:
-            return self._chunk(q, proj_keys)
-        # Decoding: the hidden layer a few sentences at a time, each chunk written, passed
-        # through σ and read by vᵀ while it is still in the core's cache, instead of one
-        # (B, T, S, A) tensor going out to memory and back three times (beam 5's is 10-22 MB
-        # a step). The same arithmetic row by row. (Training keeps one tensor: the backward
-        # reads it.)
-        n = max(1, CHUNK_VALUES // per)  # sentences a chunk
-        parts = [self._chunk(q[i : i + n], proj_keys[i : i + n]) for i in range(0, q.size(0), n)]
-        return torch.cat([scores for scores, _ in parts]), parts[0][1]  # (B, T, S)
-
-    def _chunk(self, q: Tensor, proj_keys: Tensor) -> tuple[Tensor, bool]:
-        """`_hidden_scores` of some sentences in one pass."""
+        v = self.v.weight  # (1, A)
+        decoding = not torch.is_grad_enabled() and q.device.type == "cpu"  # (not a GPU's)
+        large = q.numel() * proj_keys.size(1) > CHUNKED_ABOVE  # B·T·S·A values
+        one_dtype = q.dtype == proj_keys.dtype == v.dtype == torch.float32
+        if decoding and large and one_dtype and proj_keys.size(0) == q.size(0):  # (not broadcast)
+            return chunked_scores(q, proj_keys, v.view(-1)), True
+        # Training keeps one tensor: the backward reads it.
         hidden, sigmoid = additive_hidden(q.unsqueeze(2), proj_keys.unsqueeze(1))  # (B, T, S, A)
         return self.v(hidden).squeeze(-1), sigmoid  # (B, T, S)
+
+
+def chunked_scores(q: Tensor, keys: Tensor, v: Tensor) -> Tensor:
+    """vᵀσ(2q + 2k), a few sentences at a time: q (B, T, A), keys (B, S, A), v (A,), all
+    float32 -> (B, T, S), for `from_sigmoid`. Decoding on a CPU, without gradients.
+
+    Why: the hidden layer (B, T, S, A) is the largest tensor a decoding step makes (beam 5's
+    64 × 5 × 20 × 512 values are 13 MB), far larger than a core's L2 cache (2 MB on a Xeon
+    with AMX), so its write, the sigmoid's pass and vᵀ's read each went out to the L3 cache
+    and back. Here each chunk of about CHUNK_VALUES values is written, passed through σ in
+    place and read by vᵀ while it is in the L2 cache. Every chunk reuses one buffer, and vᵀ
+    (one `mv`) writes straight into the chunk's rows of the scores: a fresh tensor a chunk
+    (session 29's chunks) was fresh memory to fault in, and gathering the chunks' scores one
+    more copy (beam 5, int8, two workers, 8 alternated pairs: 6 faster, medians 2.442 →
+    2.364 s; session 32). The same arithmetic, row by row. On a GPU one pass over the whole
+    layer is faster: `_hidden_scores` keeps it there.
+    """
+    B, T, A = q.shape
+    S = keys.size(1)
+    n = max(1, min(B, CHUNK_VALUES // (T * S * A)))  # sentences a chunk
+    buffer = q.new_empty(n, T, S, A)
+    scores = q.new_empty(B, T, S)
+    for i in range(0, B, n):
+        hidden = buffer[: min(n, B - i)]  # (n', T, S, A)
+        additive_hidden(q[i : i + n].unsqueeze(2), keys[i : i + n].unsqueeze(1), out=hidden)
+        torch.mv(hidden.view(-1, A), v, out=scores[i : i + n].view(-1))  # (n'·T·S,)
+    return scores
 
 
 ATTENTIONS: dict[str, type[Attention]] = {

@@ -181,60 +181,80 @@ def test_concat_scores_and_gradients_match_tanh_in_float64() -> None:
         torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("per_chunk", [1, 2])
+def _chunks_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sentences of each hidden layer `additive_hidden` computes from here on."""
+    seen: list[int] = []
+    one_pass = attention.additive_hidden
+
+    def spy(
+        q: torch.Tensor, keys: torch.Tensor, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, bool]:
+        seen.append(q.size(0))
+        return one_pass(q, keys, out=out)
+
+    monkeypatch.setattr(attention, "additive_hidden", spy)
+    return seen
+
+
+@pytest.mark.parametrize("per_chunk", [1, 2, 5])
 def test_concat_decoding_scores_in_chunks_of_sentences_equal_one_pass(
     per_chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without gradients a large hidden layer goes a few sentences at a time (`CHUNK_VALUES`,
-    here 1 or 2 of the 3 sentences a chunk: the last chunk shorter); the scores are those of
-    one pass over all of them."""
+    """Without gradients the hidden layer goes a few sentences at a time through one buffer
+    (`chunked_scores`: `CHUNK_VALUES`, here 1, 2 or 5 of the 3 sentences a chunk, the last
+    chunk shorter); the scores are those of one pass over all of them."""
     query, keys, _ = inputs()
     att = scorer("concat")
     assert isinstance(att, ConcatAttention)
     proj = att.project_keys(keys)
     whole = att.score(query, proj).detach()  # gradients on: one pass
-    seen: list[int] = []
-    one_pass = att._chunk
-    monkeypatch.setattr(att, "_chunk", lambda q, k: seen.append(q.size(0)) or one_pass(q, k))
+    seen = _chunks_seen(monkeypatch)
     monkeypatch.setattr(attention, "CHUNK_VALUES", per_chunk * T * S * att.v.in_features)
-    monkeypatch.setattr(attention, "CHUNKED_ABOVE", attention.CHUNK_VALUES)
+    monkeypatch.setattr(attention, "CHUNKED_ABOVE", 1)
     with torch.no_grad():
         chunked = att.score(query, proj)
-    assert seen == {1: [1, 1, 1], 2: [2, 1]}[per_chunk]
+    assert seen == {1: [1, 1, 1], 2: [2, 1], 5: [3]}[per_chunk]
     torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-6)
 
 
-def test_concat_decoding_scores_a_small_hidden_layer_in_one_pass(
+def test_concat_scores_in_one_pass_small_with_gradients_or_in_another_dtype(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """At or below `CHUNKED_ABOVE` values (here the whole B·T·S·A) nothing is split."""
+    """Chunks are for large float32 layers in decoding: at or below `CHUNKED_ABOVE` values
+    (here the whole B·T·S·A), with gradients (training: the backward reads the whole layer)
+    and in float64 the layer is one pass of all B sentences."""
     query, keys, _ = inputs()
     att = scorer("concat")
     assert isinstance(att, ConcatAttention)
-    seen: list[int] = []
-    one_pass = att._chunk
-    monkeypatch.setattr(att, "_chunk", lambda q, k: seen.append(q.size(0)) or one_pass(q, k))
+    seen = _chunks_seen(monkeypatch)
     monkeypatch.setattr(attention, "CHUNK_VALUES", 1)
     monkeypatch.setattr(attention, "CHUNKED_ABOVE", B * T * S * att.v.in_features)
     with torch.no_grad():
         att.score(query, att.project_keys(keys))
-    assert seen == [B]
+    monkeypatch.setattr(attention, "CHUNKED_ABOVE", 1)
+    att.score(query, att.project_keys(keys))
+    wide = att.double()
+    with torch.no_grad():
+        wide.score(query.double(), wide.project_keys(keys.double()))
+    assert seen == [B, B, B]
 
 
 def test_concat_decoding_scores_against_one_sentence_of_keys_broadcast(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Keys of one sentence (1, S, A) broadcast against B sentences' queries: scored in one
-    pass even where the layer would be chunked (slicing them by sentence would drop rows)."""
+    pass (slicing them by sentence would drop rows)."""
     query, keys, _ = inputs()
     att = scorer("concat")
     assert isinstance(att, ConcatAttention)
     proj = att.project_keys(keys[:1])  # (1, S, A)
     whole = att.score(query, proj).detach()  # (B, T, S)
+    seen = _chunks_seen(monkeypatch)
     monkeypatch.setattr(attention, "CHUNK_VALUES", 1)
     monkeypatch.setattr(attention, "CHUNKED_ABOVE", 1)
     with torch.no_grad():
         torch.testing.assert_close(att.score(query, proj), whole, rtol=1e-6, atol=1e-6)
+    assert seen == [B]
 
 
 def test_concat_hidden_size_defaults_to_query_size() -> None:
