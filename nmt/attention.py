@@ -42,22 +42,34 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     return scores.softmax(dim=-1).masked_fill(~mask, 0.0)
 
 
-def additive_hidden(q: Tensor, keys: Tensor, out: Tensor | None = None) -> tuple[Tensor, bool]:
+def additive_hidden(
+    q: Tensor, keys: Tensor, out: Tensor | None = None, *, decoding: bool = False
+) -> tuple[Tensor, bool]:
     """The additive (concat) scorer's hidden layer for every query/key pair: tanh(q + k), with
     q and keys already broadcast against each other (..., T, 1, A) and (..., 1, S, A);
     written into `out` (float32, their broadcast shape) where given.
 
     In float32 it returns σ(2q + 2k) and True instead: tanh(x) = 2σ(2x) − 1 exactly, and
-    ATen's float32 tanh runs about 3.5× slower than its sigmoid on AVX2 CPUs (5.6M values:
-    9.5 against 2.6 ms on 2 cores), while this tensor is the largest a decoding step makes
+    ATen's float32 tanh is MKL's (its vector math library, VML), which runs AMD's CPUs on a
+    generic code path: 3.5× slower than ATen's own sigmoid on an AVX2 EPYC (5.6M values: 9.5
+    against 2.6 ms on 2 cores), while this tensor is the largest a decoding step makes
     ((beam·B, S, A): 44 % of a beam-5 step of the reference model). The caller turns scores
     of σ back into scores of tanh with `from_sigmoid`: vᵀ(2σ − 1) = 2 vᵀσ − Σv. In half
     precision the sigmoid form is 4× less accurate around 0 (σ ≈ 0.5 has bf16's coarsest
-    steps), so fp16/bf16 keep tanh (False)."""
-    if q.dtype != torch.float32 or keys.dtype != torch.float32:
-        return torch.tanh(q + keys), False
+    steps), so fp16/bf16 keep tanh (False); so does `decoding` (no gradients) where MKL runs
+    its fast path (`TANH_FAST`)."""
+    if q.dtype != torch.float32 or keys.dtype != torch.float32 or (decoding and TANH_FAST):
+        return torch.add(q, keys, out=out).tanh_(), False
     # alpha=2 doubles the keys inside the add's own pass; the sigmoid runs in place on it
     return torch.add(q * 2, keys, alpha=2, out=out).sigmoid_(), True
+
+
+# Whether float32 tanh outruns the sigmoid form: where MKL's VML, which ATen's tanh calls, runs
+# its own fast path (Intel's CPUs; `onednn.mkl_on_its_fast_path`). On 2 cores of a Xeon with
+# AMX, one thread: tanh 12.0 µs for 32,768 values against the sigmoid's 16.3 (98.7 for tanh
+# with MKL held to its generic path, `MKL_ENABLE_INSTRUCTIONS=SSE4_2`, as AMD's CPUs are).
+# Training keeps the sigmoid form: `nmt.recurrence`'s backward reads σ.
+TANH_FAST = onednn.mkl_on_its_fast_path()
 
 
 def from_sigmoid(scores: Tensor, v_sum: Tensor) -> Tensor:
@@ -261,15 +273,17 @@ class ConcatAttention(Attention):
         large = q.numel() * proj_keys.size(1) > CHUNKED_ABOVE  # B·T·S·A values
         one_dtype = q.dtype == proj_keys.dtype == v.dtype == torch.float32
         if decoding and large and one_dtype and proj_keys.size(0) == q.size(0):  # (not broadcast)
-            return chunked_scores(q, proj_keys, v.view(-1)), True
+            return chunked_scores(q, proj_keys, v.view(-1))
         # Training keeps one tensor: the backward reads it.
-        hidden, sigmoid = additive_hidden(q.unsqueeze(2), proj_keys.unsqueeze(1))  # (B, T, S, A)
+        q, keys = q.unsqueeze(2), proj_keys.unsqueeze(1)  # (B, T, 1, A), (B, 1, S, A)
+        hidden, sigmoid = additive_hidden(q, keys, decoding=decoding)  # (B, T, S, A)
         return self.v(hidden).squeeze(-1), sigmoid  # (B, T, S)
 
 
-def chunked_scores(q: Tensor, keys: Tensor, v: Tensor) -> Tensor:
-    """vᵀσ(2q + 2k), a few sentences at a time: q (B, T, A), keys (B, S, A), v (A,), all
-    float32 -> (B, T, S), for `from_sigmoid`. Decoding on a CPU, without gradients.
+def chunked_scores(q: Tensor, keys: Tensor, v: Tensor) -> tuple[Tensor, bool]:
+    """vᵀ of `additive_hidden`'s layer, a few sentences at a time: q (B, T, A), keys (B, S,
+    A), v (A,), all float32 -> (B, T, S), and whether the layer was its sigmoid form.
+    Decoding on a CPU, without gradients.
 
     Why: the hidden layer (B, T, S, A) is the largest tensor a decoding step makes (beam 5's
     64 × 5 × 20 × 512 values are 13 MB), far larger than a core's L2 cache (2 MB on a Xeon
@@ -287,11 +301,13 @@ def chunked_scores(q: Tensor, keys: Tensor, v: Tensor) -> Tensor:
     n = max(1, min(B, CHUNK_VALUES // (T * S * A)))  # sentences a chunk
     buffer = q.new_empty(n, T, S, A)
     scores = q.new_empty(B, T, S)
+    sigmoid = True
     for i in range(0, B, n):
         hidden = buffer[: min(n, B - i)]  # (n', T, S, A)
-        additive_hidden(q[i : i + n].unsqueeze(2), keys[i : i + n].unsqueeze(1), out=hidden)
+        q_i, keys_i = q[i : i + n].unsqueeze(2), keys[i : i + n].unsqueeze(1)
+        _, sigmoid = additive_hidden(q_i, keys_i, out=hidden, decoding=True)
         torch.mv(hidden.view(-1, A), v, out=scores[i : i + n].view(-1))  # (n'·T·S,)
-    return scores
+    return scores, sigmoid
 
 
 ATTENTIONS: dict[str, type[Attention]] = {

@@ -187,13 +187,42 @@ def _chunks_seen(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     one_pass = attention.additive_hidden
 
     def spy(
-        q: torch.Tensor, keys: torch.Tensor, out: torch.Tensor | None = None
+        q: torch.Tensor, keys: torch.Tensor, out: torch.Tensor | None = None, *, decoding: bool
     ) -> tuple[torch.Tensor, bool]:
         seen.append(q.size(0))
-        return one_pass(q, keys, out=out)
+        return one_pass(q, keys, out=out, decoding=decoding)
 
     monkeypatch.setattr(attention, "additive_hidden", spy)
     return seen
+
+
+@pytest.mark.parametrize("tanh_fast", [False, True])
+def test_concat_decoding_takes_tanh_where_it_is_fast_and_scores_alike(
+    tanh_fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding (no gradients) computes the float32 hidden layer as tanh itself where
+    `TANH_FAST`, else as σ(2x); both give the scores of tanh in float64, chunked or not.
+    With gradients the layer is always the sigmoid form (`nmt.recurrence`'s backward)."""
+    monkeypatch.setattr(attention, "TANH_FAST", tanh_fast)
+    q, k = torch.randn(3, 4, 1, 8) * 3, torch.randn(3, 1, 5, 8) * 3
+    with torch.no_grad():
+        hidden, sigmoid = additive_hidden(q, k, decoding=True)
+    assert sigmoid is not tanh_fast
+    torch.testing.assert_close(hidden if tanh_fast else hidden * 2 - 1, torch.tanh(q + k))
+    assert additive_hidden(q, k)[1]  # training's
+    query, keys, _ = inputs()
+    att = scorer("concat")
+    assert isinstance(att, ConcatAttention)
+    wide = [x.double() for x in (query, keys, att.query_proj.weight, att.key_proj.weight)]
+    qp = wide[0] @ wide[2].T + att.query_proj.bias.double()  # (B, T, A)
+    hidden = torch.tanh(qp.unsqueeze(2) + (wide[1] @ wide[3].T).unsqueeze(1))  # (B, T, S, A)
+    expected = (hidden @ att.v.weight.double().T).squeeze(-1)  # (B, T, S)
+    for above in (1 << 40, 1):  # one pass, then chunks of one sentence
+        monkeypatch.setattr(attention, "CHUNK_VALUES", T * S * att.v.in_features)
+        monkeypatch.setattr(attention, "CHUNKED_ABOVE", above)
+        with torch.no_grad():
+            scores = att.score(query, att.project_keys(keys))
+        torch.testing.assert_close(scores.double(), expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("per_chunk", [1, 2, 5])
