@@ -34,9 +34,11 @@ On a GPU, nmt's rows train there and are measured against the GPU's own limit in
 precision ("cuda fp16"); the peers still train on the CPU, against its fp32 limit.
 Peak memory is the training process's peak resident set (`wait4`). Decoding times are the
 toolkits' own translation time (model loading excluded) and the whole command's, each a
-fresh process as a user runs it; `--decode-repeats N` runs each command N times and reports
-the medians (one cold run moves by ±20 % here), and `--redecode` decodes the previous run's
-models again without training (its training figures and limits kept from --out).
+fresh process as a user runs it, after every row has trained; `--decode-repeats N` runs each
+command N times, the rows in turns (every command's first run, then every one's second: the
+machine's drift falls on all rows alike), and reports the medians (one cold run moves by
+±20 % here), and `--redecode` decodes the previous run's models again without training (its
+training figures and limits kept from --out).
 `--int8`, `--decode-precision P` and `--decode-workers N` decode nmt's rows as `nmt
 translate --int8 --precision P --workers N` would (int8 weights; P instead of the precision
 each row trained in; N worker processes of cores / N threads each), the peers as they do by
@@ -72,6 +74,7 @@ from peers.common import (  # noqa: E402
     ROOT,
     Result,
     Shared,
+    decode_in_turns,
     encode_pieces,
     kept_rows,
     previous_run,
@@ -306,7 +309,15 @@ def main() -> None:
     )
     limits = previous_limits(args.out, args.again) if args.again else machine_limits(args, only)
     shared = _shared_pieces(args)
-    results = [r for adapter in ADAPTERS for r in adapter.run_all(args, shared, only)]
+    results, decodings = [], []
+    for adapter in ADAPTERS:
+        rows, timed = adapter.run_all(args, shared, only)
+        results += rows
+        decodings += timed
+    if decodings:
+        runs = f"{args.decode_repeats} run{'s' if args.decode_repeats > 1 else ''}"
+        print(f"decoding {len(decodings)} commands, {runs} each, in turns ...", flush=True)
+        decode_in_turns(decodings, args.decode_repeats, args.data)
     if not results:
         sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
     base = next((r for r in results if r.name == opennmt.NAME), None)

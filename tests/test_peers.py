@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import subprocess
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,9 +18,12 @@ from train_setup import ROOT, tiny
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import compare_peers  # noqa: E402
+from peers import (
+    common,  # noqa: E402
+    nmt_toolkit,  # noqa: E402
+)
 from peers import limit as limit_mod  # noqa: E402
-from peers import nmt_toolkit  # noqa: E402
-from peers.common import DECODINGS, Result, kept_rows  # noqa: E402
+from peers.common import DECODINGS, Decoding, Result, decode_in_turns, kept_rows  # noqa: E402
 from peers.limit import Limit, Product, limit, limit_key, product_of, step_products  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
@@ -223,22 +227,13 @@ def test_limit_cli_refuses_bad_input_in_one_line(args, says):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU runs fp16")
 def test_an_fp16_row_on_a_cpu_is_skipped_with_a_word(capsys):
-    assert nmt_toolkit.run_all(argparse.Namespace(), None, {"nmt-fp16"}) == []  # type: ignore[arg-type]
+    assert nmt_toolkit.run_all(argparse.Namespace(), None, {"nmt-fp16"}) == ([], [])  # type: ignore[arg-type]
     assert "nmt fp16: skipped: fp16 is for GPUs" in capsys.readouterr().out
 
 
 def test_nmt_rows_decode_in_the_precision_asked_for(tmp_path, monkeypatch):
     """`--decode-precision bf16`: the fp32-trained model decodes with `--precision bf16` and
     its row says so; without it a row decodes in the precision it trained in."""
-    seen: list[list[str]] = []
-
-    def fake_repeated(times, cmd, own, **kw):
-        seen.append(cmd)
-        Path(cmd[5]).write_text("x\n")  # the hypotheses file
-        return {"seconds": 1.0}
-
-    monkeypatch.setattr(nmt_toolkit, "repeated", fake_repeated)
-    monkeypatch.setattr(nmt_toolkit, "scores", lambda hyps, data: {})
     monkeypatch.setattr(
         nmt_toolkit, "previous_result", lambda args, name: Result(name=name, tokens_per_s=1.0)
     )
@@ -246,13 +241,41 @@ def test_nmt_rows_decode_in_the_precision_asked_for(tmp_path, monkeypatch):
         (None, "fp32", "nmt fp32"),
         ("bf16", "bf16", "nmt fp32, bf16 decoding"),
     ):
-        seen.clear()
         args = argparse.Namespace(int8=False, decode_precision=asked, curve=False, redecode=True)
         args.work = args.data = tmp_path
         args.decode_workers, args.decode_repeats = 1, 1
-        (row,) = nmt_toolkit.run_all(args, None, {"nmt-fp32"})  # type: ignore[arg-type]
+        (row,), decodings = nmt_toolkit.run_all(args, None, {"nmt-fp32"})  # type: ignore[arg-type]
         assert row.name == name
-        assert [cmd[7] for cmd in seen] == [want] * len(DECODINGS)
+        assert [d.cmd[7] for d in decodings] == [want] * len(DECODINGS)
+        assert [d.label for d in decodings] == [label for label, _ in DECODINGS]
+        assert all(d.result is row for d in decodings)
+
+
+def test_decodings_run_in_turns_and_fill_their_rows(tmp_path, monkeypatch):
+    """Every command's first run, then every one's second, ...; each row's cell holds the
+    medians of its own seconds (what it printed) and of the whole command's, every own time,
+    and the BLEU of what it wrote."""
+    ran: list[str] = []
+    said = {"a": iter(["took 3.0", "took 1.0", "took 2.0"]), "b": iter(["", "", ""])}
+
+    def fake_sh(cmd, **kw):
+        ran.append(cmd[0])
+        return subprocess.CompletedProcess(cmd, 0, next(said[cmd[0]]), "")
+
+    monkeypatch.setattr(common, "sh", fake_sh)
+    monkeypatch.setattr(common, "scores", lambda hyps, data: {"bleu": float(len(hyps))})
+    rows = [Result(name="one"), Result(name="two")]
+    took = re.compile(r"took ([\d.]+)")
+    decodings = [
+        Decoding(rows[0], "greedy", ["a"], took, lambda: ["x", "y"]),
+        Decoding(rows[1], "beam5", ["b"], took, lambda: ["x"]),
+    ]
+    decode_in_turns(decodings, 3, tmp_path)
+    assert ran == ["a", "b", "a", "b", "a", "b"]
+    one, two = rows[0].decode["greedy"], rows[1].decode["beam5"]
+    assert one["seconds_all"] == [3.0, 1.0, 2.0] and one["seconds"] == 2.0
+    assert one["bleu"] == 2.0 and two["bleu"] == 1.0
+    assert two["seconds"] == two["command_s"] == statistics.median(two["seconds_all"])  # none said
 
 
 @pytest.mark.parametrize(

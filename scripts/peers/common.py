@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,20 +206,42 @@ def kept_rows(results: list[Result], out: Path, flag: str) -> list[Result]:
     return [Result(**r) for r in rows if model_of(r["name"]) not in again]
 
 
-def repeated(times: int, cmd: list[str], own: re.Pattern, **kw: Any) -> dict[str, Any]:
-    """A decoding command run `times` times (`--decode-repeats`), each a fresh process as a
-    user would run it (`kw` to `sh`). Its own seconds are the last match of `own`'s group in
-    what it printed (the command's when it prints none). The median of each, and every own
-    time (one cold run moves by ±20 % on a small machine)."""
-    own_s, whole_s = [], []
+@dataclass
+class Decoding:
+    """One timed decoding of a row (`label`, one of DECODINGS) that `decode_in_turns` runs:
+    the command (`env` its environment), the pattern of the seconds it reports for itself,
+    and the hypotheses it wrote, read once it has run."""
+
+    result: Result
+    label: str
+    cmd: list[str]
+    own: re.Pattern
+    hyps: Callable[[], list[str]]
+    env: dict[str, str] | None = None
+
+
+def decode_in_turns(decodings: list[Decoding], times: int, data: Path) -> None:
+    """Every decoding command run `times` times (`--decode-repeats`), each a fresh process as
+    a user would run it, in turns: each command's first run, then each one's second, and so
+    on. A small machine's speed drifts by 20 % and more within minutes; run one row's five
+    after another's, the drift would fall between the rows and into their ratio, run in turns
+    it falls on every row alike. A command's own seconds are the last match of `own`'s group
+    in what it printed (the command's when it prints none). Fills each row's `decode[label]`:
+    the medians, every own time, and the test BLEU of its hypotheses."""
+    own_s: list[list[float]] = [[] for _ in decodings]
+    whole_s: list[list[float]] = [[] for _ in decodings]
     for _ in range(times):
-        start = time.perf_counter()
-        proc = sh(cmd, **kw)
-        whole_s.append(time.perf_counter() - start)
-        found = own.findall(proc.stdout + proc.stderr)
-        own_s.append(float(found[-1]) if found else whole_s[-1])
-    return {
-        "seconds": statistics.median(own_s),
-        "command_s": statistics.median(whole_s),
-        "seconds_all": own_s,
-    }
+        for d, own, whole in zip(decodings, own_s, whole_s, strict=True):
+            start = time.perf_counter()
+            proc = sh(d.cmd, env=d.env)
+            whole.append(time.perf_counter() - start)
+            found = d.own.findall(proc.stdout + proc.stderr)
+            own.append(float(found[-1]) if found else whole[-1])
+    for d, own, whole in zip(decodings, own_s, whole_s, strict=True):
+        d.result.decode[d.label] = {
+            "seconds": statistics.median(own),
+            "command_s": statistics.median(whole),
+            "seconds_all": own,
+            **scores(d.hyps(), data),
+        }
+        print(f"  {d.result.name} {d.label}: {d.result.decode[d.label]}", flush=True)

@@ -6,6 +6,7 @@ on the reference model's settings (Bahdanau attention, input feeding), decoded w
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -18,12 +19,11 @@ import torch
 from peers.common import (
     DECODINGS,
     TEST,
+    Decoding,
     Result,
     Shared,
     ensure_venv,
     previous_result,
-    repeated,
-    scores,
     train_peer,
 )
 
@@ -33,9 +33,12 @@ GENERATION_TIME = re.compile(r"Generation took ([\d.]+)\[sec\]")
 STEP = re.compile(r"Step:\s+(\d+),.*?Tokens per Sec:\s+([\d.]+)")
 
 
-def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Result]:
+def run_all(
+    args: argparse.Namespace, shared: Shared, only: set[str]
+) -> tuple[list[Result], list[Decoding]]:
+    """Its row, trained (or the previous run's, `--redecode`), and its timed decodings."""
     if "joeynmt" not in only:
-        return []
+        return [], []
     print(f"{'decoding' if args.redecode else 'training'} Joey NMT ...", flush=True)
     python = ensure_venv(
         args.work / "venv-joey",
@@ -59,26 +62,24 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
     checkpoints = sorted((home / "model").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not checkpoints:
         result.note = "no checkpoint written: nothing decoded"
-        return [result]
+        return [result], []
+    decodings = []
     for label, beam in DECODINGS:
         config["testing"]["beam_size"] = beam
         config["testing"]["load_model"] = str(checkpoints[-1])
-        cfg_path.write_text(json.dumps(config, indent=1))
-        result.decode[label] = _decode(python, cfg_path, args.work / f"joeynmt.{label}", env, args)
+        label_cfg = home / f"config.{label}.yaml"  # one a decoding: they run in turns later
+        label_cfg.write_text(json.dumps(config, indent=1))
+        out = args.work / f"joeynmt.{label}"
+        cmd = [str(python), "-m", "joeynmt", "test", str(label_cfg), "-o", str(out)]
+        hyps = functools.partial(_lines, Path(f"{out}.test"))
+        decodings.append(Decoding(result, label, cmd, GENERATION_TIME, hyps, env))
     result.note = f"checkpoint {checkpoints[-1].name}"
-    print(f"  {result.tokens_per_s:,.0f} tok/s, {result.decode}", flush=True)
-    return [result]
+    print(f"  {result.tokens_per_s:,.0f} tok/s", flush=True)
+    return [result], decodings
 
 
-def _decode(
-    python: Path, cfg_path: Path, out: Path, env: dict, args: argparse.Namespace
-) -> dict[str, float]:
-    """`joeynmt test` with the config's beam (--decode-repeats times); its own generation
-    time and the command's."""
-    cmd = [str(python), "-m", "joeynmt", "test", str(cfg_path), "-o", str(out)]
-    times = repeated(args.decode_repeats, cmd, GENERATION_TIME, env=env)
-    hyps = Path(f"{out}.test").read_text(encoding="utf-8").splitlines()
-    return {**times, **scores(hyps, args.data)}
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
 
 
 def _config(args: argparse.Namespace, spm_model: Path, home: Path) -> dict[str, Any]:

@@ -12,6 +12,7 @@ adds casts (session 19, validation, bf16-trained model: greedy 0.82 s against 0.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -24,21 +25,24 @@ from nmt.runtime import cpu_has_bf16_matmul
 from peers.common import (
     DECODINGS,
     TEST,
+    Decoding,
     Result,
     Shared,
     median_after_first,
     previous_result,
-    repeated,
     run,
-    scores,
 )
 
 KEYS = ("nmt-fp32", "nmt-bf16", "nmt-fp16")
 
 
-def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Result]:
-    """Each precision asked for (`--only`) that this machine runs, trained then decoded."""
-    results = []
+def run_all(
+    args: argparse.Namespace, shared: Shared, only: set[str]
+) -> tuple[list[Result], list[Decoding]]:
+    """Each precision asked for (`--only`) that this machine runs, trained (or the previous
+    run's, `--redecode`), and their timed decodings."""
+    results: list[Result] = []
+    decodings: list[Decoding] = []
     gpu = torch.cuda.is_available()  # nmt trains and decodes there (device auto)
     for precision in ("fp32", "bf16", "fp16"):
         name = f"nmt-{precision}"
@@ -71,11 +75,11 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
             r.note = "same sentencepiece model" if same else "sentencepiece model differs!"
             if args.updates and r.steps != args.updates:
                 r.note += f"; stopped at step {r.steps}, not the {args.updates} asked for!"
-        nmt_decode(r, run_dir, decode_in, args)
+        decodings += nmt_decode(r, run_dir, decode_in, args)
         r.name += suffix
         results.append(r)
-        print(f"  {r.tokens_per_s:,.0f} tok/s, {r.decode}", flush=True)
-    return results
+        print(f"  {r.tokens_per_s:,.0f} tok/s", flush=True)
+    return results, decodings
 
 
 def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path) -> Result:
@@ -138,8 +142,12 @@ print(json.dumps({"seconds": seconds}))
 DECODE_TIME = re.compile(r'"seconds": ([\d.eE+-]+)')  # what NMT_DECODE prints
 
 
-def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Namespace) -> None:
-    """`result`'s model decoded with each of DECODINGS, in `precision` (int8 under --int8)."""
+def nmt_decode(
+    result: Result, run_dir: Path, precision: str, args: argparse.Namespace
+) -> list[Decoding]:
+    """`result`'s model decoded with each of DECODINGS, in `precision` (int8 under --int8):
+    the timed decodings, for `decode_in_turns`."""
+    decodings = []
     for label, beam in DECODINGS:
         out = args.work / f"{result.name}.{label}.hyp"
         cmd = [
@@ -156,6 +164,10 @@ def nmt_decode(result: Result, run_dir: Path, precision: str, args: argparse.Nam
             "int8" if args.int8 else "float",
             str(args.decode_workers),
         ]
-        times = repeated(args.decode_repeats, cmd, DECODE_TIME)
-        hyps = out.read_text(encoding="utf-8").splitlines()
-        result.decode[label] = {**times, **scores(hyps, args.data)}
+        hyps = functools.partial(_lines, out)
+        decodings.append(Decoding(result, label, cmd, DECODE_TIME, hyps))
+    return decodings
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()

@@ -1,12 +1,14 @@
 """OpenNMT-py 3.5.1, the baseline of every ratio: installed into its own virtual
 environment (it pins torch<2.3 but runs on newer ones when installed --no-deps with the
 packages it imports), trained with `onmt_train` on the reference model's settings, decoded
-with `onmt_translate` from the last checkpoint written within the budget.
+with `onmt_translate` from the last checkpoint written within the budget (its timed
+decodings run later, in turns with the other rows': `peers.common.decode_in_turns`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -18,14 +20,13 @@ import torch
 from peers.common import (
     DECODINGS,
     TEST,
+    Decoding,
     Result,
     Shared,
     bleu,
     depiece,
     ensure_venv,
     previous_result,
-    repeated,
-    scores,
     sh,
     train_peer,
 )
@@ -50,9 +51,12 @@ STEP = re.compile(r"Step (\d+)/.*?[\d.]+/\s*([\d.]+) tok/s")
 TRANSLATION_TIME = re.compile(r"Total translation time \(s\): ([\d.]+)")
 
 
-def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Result]:
+def run_all(
+    args: argparse.Namespace, shared: Shared, only: set[str]
+) -> tuple[list[Result], list[Decoding]]:
+    """Its row, trained (or the previous run's, `--redecode`), and its timed decodings."""
     if "opennmt-py" not in only:
-        return []
+        return [], []
     print(f"{'decoding' if args.again else 'training'} OpenNMT-py ...", flush=True)
     bin_dir = _install(args)
     home = args.work / "onmt-run"
@@ -67,24 +71,24 @@ def run_all(args: argparse.Namespace, shared: Shared, only: set[str]) -> list[Re
     checkpoints = _within_budget(home, budget_end)
     if not checkpoints:
         result.note = "no checkpoint written within the budget: nothing decoded"
-        return [result]
+        return [result], []
     result.steps = _step(checkpoints[-1])
     # OpenNMT-py pickles its options (argparse.Namespace) into checkpoints, which torch >= 2.6
     # refuses to load by default; these are files it just wrote.
     env = {**env, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    decodings = []
     for label, beam in DECODINGS:
         out = args.work / f"opennmt-py.{label}.hyp"
         cmd = _translate(bin_dir, shared, checkpoints[-1], TEST, out, beam)
-        times = repeated(args.decode_repeats, cmd, TRANSLATION_TIME, env=env)
-        hyps = depiece(out, shared.spm_model)
-        result.decode[label] = {**times, **scores(hyps, args.data)}
+        hyps = functools.partial(depiece, out, shared.spm_model)
+        decodings.append(Decoding(result, label, cmd, TRANSLATION_TIME, hyps, env))
     if args.curve:
         _curve(args, shared, result, checkpoints, bin_dir, env)
     short = args.updates and result.steps != args.updates
     why = f"not the {args.updates} asked for!" if short else "the last written within the budget"
     result.note = f"checkpoint at step {result.steps}, {why}"
-    print(f"  {result.tokens_per_s:,.0f} tok/s, {result.decode}", flush=True)
-    return [result]
+    print(f"  {result.tokens_per_s:,.0f} tok/s", flush=True)
+    return [result], decodings
 
 
 def _install(args: argparse.Namespace) -> Path:

@@ -30,7 +30,8 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
         "--decode-repeats",
         type=argtypes.whole(1),
         default=1,
-        help="run each decoding command N times (fresh processes) and report the median",
+        help="run each decoding command N times (fresh processes, the rows in turns) and "
+        "report the median",
     )
     ap.add_argument(
         "--int8",
