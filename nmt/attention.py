@@ -287,14 +287,15 @@ def chunked_scores(q: Tensor, keys: Tensor, v: Tensor) -> tuple[Tensor, bool]:
 
     Why: the hidden layer (B, T, S, A) is the largest tensor a decoding step makes (beam 5's
     64 × 5 × 20 × 512 values are 13 MB), far larger than a core's L2 cache (2 MB on a Xeon
-    with AMX), so its write, the sigmoid's pass and vᵀ's read each went out to the L3 cache
-    and back. Here each chunk of about CHUNK_VALUES values is written, passed through σ in
-    place and read by vᵀ while it is in the L2 cache. Every chunk reuses one buffer, and vᵀ
-    (one `mv`) writes straight into the chunk's rows of the scores: a fresh tensor a chunk
-    (session 29's chunks) was fresh memory to fault in, and gathering the chunks' scores one
-    more copy (beam 5, int8, two workers, 8 alternated pairs: 6 faster, medians 2.442 →
-    2.364 s; session 32). The same arithmetic, row by row. On a GPU one pass over the whole
-    layer is faster: `_hidden_scores` keeps it there.
+    with AMX), so its write, the activation's pass and vᵀ's read each went out to the L3
+    cache and back. Here each chunk of about CHUNK_VALUES values is written, passed through
+    its activation in place (tanh or σ, `additive_hidden`) and read by vᵀ while it is in the
+    L2 cache. Every chunk reuses one buffer, and vᵀ (one `mv`) writes straight into the
+    chunk's rows of the scores: a fresh tensor a chunk (session 29's chunks) was fresh memory
+    to fault in, and gathering the chunks' scores one more copy (beam 5, int8, two workers, 8
+    alternated pairs: 6 faster, medians 2.442 → 2.364 s; session 32). The same arithmetic,
+    row by row. On a GPU one pass over the whole layer is faster: `_hidden_scores` keeps it
+    there.
     """
     B, T, A = q.shape
     S = keys.size(1)
