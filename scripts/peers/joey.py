@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from nmt.files import read_lines
 from peers.common import (
     DECODINGS,
     TEST,
@@ -71,15 +72,11 @@ def run_all(
         label_cfg.write_text(json.dumps(config, indent=1))
         out = args.work / f"joeynmt.{label}"
         cmd = [str(python), "-m", "joeynmt", "test", str(label_cfg), "-o", str(out)]
-        hyps = functools.partial(_lines, Path(f"{out}.test"))
+        hyps = functools.partial(read_lines, Path(f"{out}.test"))
         decodings.append(Decoding(result, label, cmd, GENERATION_TIME, hyps, env))
     result.note = f"checkpoint {checkpoints[-1].name}"
     print(f"  {result.tokens_per_s:,.0f} tok/s", flush=True)
     return [result], decodings
-
-
-def _lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
 
 
 def _config(args: argparse.Namespace, spm_model: Path, home: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from nmt.files import read_lines
 from nmt.run_dir import LAST_NAME, METRICS_NAME
 from nmt.runtime import cpu_has_bf16_matmul
 from peers.common import (
@@ -164,10 +165,6 @@ def nmt_decode(
             "int8" if args.int8 else "float",
             str(args.decode_workers),
         ]
-        hyps = functools.partial(_lines, out)
+        hyps = functools.partial(read_lines, out)
         decodings.append(Decoding(result, label, cmd, DECODE_TIME, hyps))
     return decodings
-
-
-def _lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
