@@ -10,6 +10,8 @@ leading dimensions before N ride along (the encoder's two directions).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -69,30 +71,42 @@ def gru_gates_back(
 
 class StepGRU(nn.Module):
     """A decoder's one-layer, one-direction, batch-first `nn.GRU` for decoding, its two
-    products given by a subclass (`gates`): bf16 on laid-out weights (`nmt.laid_out`), int8
-    on packed ones (`nmt.int8`); the gates and the state in float32 (`gru_gates`). Takes and
-    gives what the nn.GRU did: x (B, T, In), h0 (1, B, H) or None -> outputs (B, T, H), h_T
-    (1, B, H), both float32. With T > 1 (a teacher-forced re-read) the input half of every
-    step's gates is one product."""
+    products in a form a subclass gives: bf16 on laid-out weights (`nmt.laid_out`), int8 on
+    packed ones (`nmt.int8`). The subclass makes each weight's and bias's form once (`weight`,
+    `bias`) and multiplies in it (`product`); the gates and the state are float32
+    (`gru_gates`). Takes and gives what the nn.GRU did: x (B, T, In), h0 (1, B, H) or None ->
+    outputs (B, T, H), h_T (1, B, H), both float32. With T > 1 (a teacher-forced re-read) the
+    input half of every step's gates is one product."""
 
     def __init__(self, gru: nn.GRU) -> None:
         super().__init__()
         assert gru.num_layers == 1 and not gru.bidirectional and gru.batch_first and gru.bias
         self.input_size, self.hidden_size, self.num_layers = gru.input_size, gru.hidden_size, 1
+        w_ih, w_hh, b_ih, b_hh = gru.all_weights[0]
+        self.w_ih, self.w_hh = self.weight(w_ih), self.weight(w_hh)  # (3H, In), (3H, H)
+        self.b_ih, self.b_hh = self.bias(b_ih), self.bias(b_hh)  # (3H,)
 
-    def gates(self, x: Tensor, *, hidden: bool) -> Tensor:
-        """x (..., In) -> x W_ihᵀ + b_ih, or with `hidden` h (..., H) -> h W_hhᵀ + b_hh;
-        (..., 3H) float32."""
+    def weight(self, w: Tensor) -> Any:
+        """A weight (out, in) in the form `product` multiplies."""
+        raise NotImplementedError
+
+    def bias(self, b: Tensor) -> Tensor:
+        """A bias (out,) in the form `product` adds."""
+        raise NotImplementedError
+
+    def product(self, x: Tensor, w: Any, b: Tensor) -> Tensor:
+        """x (..., in) -> x wᵀ + b (..., out) float32."""
         raise NotImplementedError
 
     def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
         B, T = x.size(0), x.size(1)
         f32 = torch.float32
         h = x.new_zeros(B, self.hidden_size, dtype=f32) if h0 is None else h0[0].float()  # (B, H)
-        gi = self.gates(x, hidden=False)  # (B, T, 3H)
+        gi = self.product(x, self.w_ih, self.b_ih)  # (B, T, 3H)
         outs = []
         for t in range(T):
-            h = gru_gates(gi[:, t], self.gates(h, hidden=True), h, {})  # (B, H)
+            gh = self.product(h, self.w_hh, self.b_hh)  # (B, 3H)
+            h = gru_gates(gi[:, t], gh, h, {})  # (B, H)
             outs.append(h)
         out = outs[0].unsqueeze(1) if T == 1 else torch.stack(outs, dim=1)  # (B, T, H)
         return out, h.unsqueeze(0)

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -196,7 +197,9 @@ class PackedLinear(nn.Module):
         self.in_features, self.out_features = layer.in_features, layer.out_features
         self.weight_packed = Int8Rows.of(layer.weight).packed
         self.bias = _float(layer.bias)  # (out,)
-        self.small = _fbgemm(layer, {nn.Linear})
+        small = nn.Sequential(layer)  # quantized in its place here; `layer` stays as it is
+        _fbgemm(small, {nn.Linear})
+        self.small = small[0]
 
     def forward(self, x: Tensor) -> Tensor:
         if x.numel() < PACKED_ROWS * x.size(-1):
@@ -211,15 +214,16 @@ class PackedGRU(StepGRU):
 
     def __init__(self, gru: nn.GRU) -> None:
         super().__init__(gru)
-        w_ih, w_hh, b_ih, b_hh = gru.all_weights[0]
-        self.w_ih, self.w_hh = Int8Rows.of(w_ih).packed, Int8Rows.of(w_hh).packed
-        self.b_ih, self.b_hh = _float(b_ih), _float(b_hh)  # (3H,)
-        self.small = _fbgemm(CellGRU(gru), {nn.GRUCell})
+        self.small = _fbgemm(CellGRU(gru), {nn.GRUCell})  # its own cell, quantized
 
-    def gates(self, x: Tensor, *, hidden: bool) -> Tensor:
-        if hidden:
-            return packed_linear(x, self.w_hh, self.b_hh)  # (..., 3H)
-        return packed_linear(x, self.w_ih, self.b_ih)  # (..., 3H)
+    def weight(self, w: Tensor) -> Packed:
+        return Int8Rows.of(w).packed
+
+    def bias(self, b: Tensor) -> Tensor:
+        return b.detach().float()
+
+    def product(self, x: Tensor, w: Packed, b: Tensor) -> Tensor:
+        return packed_linear(x, w, b)
 
     def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
         if x.size(0) < PACKED_ROWS:
@@ -227,13 +231,15 @@ class PackedGRU(StepGRU):
         return super().forward(x, h0)
 
 
-def _fbgemm(module: nn.Module, types: set[type[nn.Module]]) -> nn.Module:
-    """An int8 copy of `module` by PyTorch's dynamic quantization (fbgemm on x86)."""
+def _fbgemm(model: nn.Module, spec: Collection[str | type[nn.Module]]) -> nn.Module:
+    """`model`, in place, with its submodules named or typed in `spec` (never the model
+    itself: a lone layer goes in an nn.Sequential) in PyTorch's dynamic int8 quantization
+    (fbgemm on x86), its deprecation notices silenced."""
     from torch.ao.quantization import quantize_dynamic
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # deprecation notices
-        return quantize_dynamic(nn.Sequential(module), types, inplace=False)[0]
+        warnings.simplefilter("ignore")  # deprecation notices, once per layer
+        return quantize_dynamic(model, set(spec), inplace=True)
 
 
 def step_gru(module: nn.Module) -> TypeGuard[nn.GRU]:
@@ -290,8 +296,6 @@ def quantize(model: nn.Module, device_type: str) -> nn.Module:
     (`Generator.out_packed`)."""
     if device_type != "cpu":
         raise NmtError(f"--int8: CPU decoding only (the model is on {device_type})")
-    from torch.ao.quantization import quantize_dynamic
-
     names = decoding_layers(model)
     packed = packs()
     for name in sorted(names):
@@ -309,9 +313,7 @@ def quantize(model: nn.Module, device_type: str) -> nn.Module:
     generator = getattr(model, "generator", None)  # nmt.model.Generator, of a Seq2Seq
     if generator is not None and generator.out.in_features >= MIN_INNER:
         generator.out_packed = Int8Rows.of(generator.out.weight)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # deprecation notices, once per layer
-        return quantize_dynamic(model.eval(), names, inplace=True)
+    return _fbgemm(model.eval(), names)
 
 
 def replace_module(model: nn.Module, name: str, module: nn.Module) -> None:

@@ -116,16 +116,14 @@ class LaidOutGRU(StepGRU):
     """A decoder's `nn.GRU` (`int8.step_gru`) with its two products in bf16 on weights laid
     out once (`nmt.gru_cell.StepGRU`: the gates and the state in float32)."""
 
-    def __init__(self, gru: nn.GRU) -> None:
-        super().__init__(gru)
-        w_ih, w_hh, b_ih, b_hh = gru.all_weights[0]
-        self.w_ih, self.w_hh = _lay(w_ih), _lay(w_hh)  # (3H, In), (3H, H)
-        self.b_ih, self.b_hh = b_ih.detach().to(BF16), b_hh.detach().to(BF16)  # (3H,)
+    def weight(self, w: Tensor) -> Tensor:
+        return _lay(w)  # (out, in) oneDNN's layout
 
-    def gates(self, x: Tensor, *, hidden: bool) -> Tensor:
-        if hidden:
-            return _product(x, self.w_hh, self.b_hh)  # (..., 3H)
-        return _product(x, self.w_ih, self.b_ih)  # (..., 3H)
+    def bias(self, b: Tensor) -> Tensor:
+        return b.detach().to(BF16)
+
+    def product(self, x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+        return _product(x, w, b)
 
 
 def lay_out(model: nn.Module) -> nn.Module:
