@@ -19,13 +19,17 @@
 #         multiprocess annotated-types typing-inspection typing_extensions opentelemetry-api \
 #         libretranslatepy        # each pinned NAME==VERSION as `.venv/bin/pip list` has it
 #     mkdir -p .gpu/shared/data && cp -r ../shared/data/multi30k .gpu/shared/data/
-# On the H100 of session 30 the suite took over 170 s with 8 workers (half of it ran): give
-# it 400 s. Its failures are named as they happen (-v), so a stage cut short still says.
+# On the H100 of session 30 the suite took over 170 s with 8 workers of 16 threads each (half
+# of it ran): its workers now take 2 threads each. Its failures are named as they happen (-v), so a stage cut short still says.
 set -u
 OUT=${OUT:-/tmp/gpu-check}
 BENCH_MINUTES=${BENCH_MINUTES:-0.5}
 BENCH_SECONDS=${BENCH_SECONDS:-400}  # each stage's time limit, within the call's own
 SUITE_SECONDS=${SUITE_SECONDS:-400}
+SUITE_WORKERS=${SUITE_WORKERS:-8}  # pytest-xdist workers, each of SUITE_THREADS CPU threads:
+SUITE_THREADS=${SUITE_THREADS:-2}  # torch's default (every core) in each oversubscribes them
+SUITE_TESTS=${SUITE_TESTS:-}  # pytest's test ids: a part of the suite (a rerun of failures)
+PRECISIONS=${PRECISIONS:-bf16 fp16 fp32}  # the syncs stage's
 CUDA_TESTS=${CUDA_TESTS:-}  # pytest -k expression: a subset of the cuda stage's tests
 for what in "$@"; do  # before installing anything
     case $what in
@@ -55,7 +59,7 @@ stage() {  # stage NAME SECONDS COMMAND...: the command's output into $OUT/NAME.
 }
 
 syncs() {
-    for precision in bf16 fp16 fp32; do
+    for precision in $PRECISIONS; do
         python3 scripts/profile_step.py configs/reference_rnn.yaml --precision "$precision" \
             --steps 40 --profile-steps 3 --top 12 || return
         python3 scripts/profile_step.py configs/reference_rnn.yaml --precision "$precision" \
@@ -63,6 +67,7 @@ syncs() {
     done
 }
 export -f syncs
+export PRECISIONS
 
 for what in "$@"; do
     case $what in
@@ -75,7 +80,9 @@ print(torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_cap
         bench) TAIL=30 stage bench "$BENCH_SECONDS" python3 scripts/compare_peers.py \
             --only nmt-fp32,nmt-bf16,nmt-fp16 --minutes "$BENCH_MINUTES" --work /tmp/peers \
             --out "$OUT/bench.json" ;;
-        suite) TAIL=3 stage suite "$SUITE_SECONDS" python3 -m pytest -v -p no:cacheprovider -n 8
+        suite) TAIL=3 stage suite "$SUITE_SECONDS" env OMP_NUM_THREADS="$SUITE_THREADS" \
+            python3 -m pytest -v -p no:cacheprovider -n "$SUITE_WORKERS" --durations=15 \
+            $SUITE_TESTS
             grep -E " (FAILED|ERROR) " "$OUT/suite.log" | head -n 30 ;;
     esac
 done

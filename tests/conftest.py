@@ -10,7 +10,7 @@ import torch
 
 from nmt.batching import collate
 from nmt.checkpoint import save_checkpoint
-from nmt.config import Config, load_config
+from nmt.config import DATA_DIR_ENV, Config, load_config
 from nmt.model import build_model
 from nmt.step import token_loss
 from nmt.tokenizer import train_or_load
@@ -18,6 +18,31 @@ from nmt.tokenizer import train_or_load
 ROOT = Path(__file__).resolve().parents[1]
 TINY_DATA = ROOT / "tests" / "data" / "tiny"
 TINY_CONFIG = ROOT / "configs" / "tiny.yaml"
+
+
+# What the caller's environment may hold that changes what nmt does: the data root, full
+# tracebacks instead of one-line errors, and torchrun's description of a process group
+# (`nmt.runtime`). A suite run from a user's shell, or a GPU machine's check script, must
+# not see them; a test that wants one sets it.
+USERS_VARIABLES = (
+    DATA_DIR_ENV,
+    "NMT_DEBUG",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _without_users_variables():
+    """Before any other fixture (session-scoped ones too): the suite's processes and the
+    commands they start run without USERS_VARIABLES."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in USERS_VARIABLES:
+            mp.delenv(name, raising=False)
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +18,6 @@ TINY_DATA = ROOT / "tests" / "data" / "tiny"
 COMMANDS = ["check-config", "prepare", "train", "translate", "eval"]
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
 
 
 def assert_one_line_error(result, *needles: str) -> None:
@@ -299,3 +294,23 @@ def test_debug_shows_the_traceback():
     assert "Traceback" not in plain.output
     debug = runner.invoke(app, ["--debug", "translate", "Hello.", "--model", "no-model.pt"])
     assert debug.exit_code == 2 and "Traceback" in debug.stderr
+
+
+def test_the_suite_runs_alike_under_a_users_nmt_variables(tmp_path):
+    """conftest takes the caller's NMT_DATA_DIR and NMT_DEBUG from every test: with them set,
+    a test that relies on its config's own data root and one that wants one-line errors
+    still pass (on a GPU machine, whose check script sets NMT_DATA_DIR, the first failed)."""
+    env = {**os.environ, "NMT_DATA_DIR": str(tmp_path / "elsewhere"), "NMT_DEBUG": "1"}
+    tests = [
+        "tests/test_corpora.py::test_prepare_names_each_corpus_on_the_command_line",
+        "tests/test_cli.py::test_bad_override_and_missing_config_exit_2",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]

@@ -144,7 +144,6 @@ def test_overrides_are_type_checked_like_the_file():
 def test_load_config_file_env_and_override_precedence(tmp_path, monkeypatch):
     path = tmp_path / "my_run.yaml"
     path.write_text("data:\n  root: from_file\n  dir: m30k\nmodel:\n  attention: dot\n")
-    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     cfg = load_config(path)
     assert cfg.name == "my_run"
     assert str(cfg.run_dir) == "runs/my_run"

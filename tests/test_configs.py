@@ -19,13 +19,11 @@ def test_the_shipped_configs_are_there() -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_config_loads(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     cfg = load_config(path)
     assert cfg.name == path.stem
 
 
 def test_tiny_config_points_at_the_committed_sample_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     cfg = load_config(ROOT / "configs" / "tiny.yaml")
     (corpus,) = cfg.data.corpus_list()
     for split in (corpus.train, corpus.valid, *corpus.test):

@@ -8,14 +8,11 @@ import subprocess
 
 import pytest
 import torch
-from train_setup import (  # noqa: F401 (clean_env: autouse here)
+from train_setup import (
     ROOT,
     TINY,
-    clean_env,
     ddp_groups,
-    metrics,
     step_once,
-    tiny,
     tiny_model_and_batches,
     torchrun_2,
 )

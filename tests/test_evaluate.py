@@ -156,7 +156,6 @@ def test_eval_wmt_mmt_protocol(tiny_run, tmp_path):
 def test_eval_on_another_configs_test_sets(tiny_run, tmp_path, monkeypatch):
     """Two models compared on the same sets: --config names whose test sets are scored, here
     a two-corpus config whose second test set is held out of a TSV file."""
-    monkeypatch.delenv("NMT_DATA_DIR", raising=False)  # the config's own data.root
     rows = [f"{s}\t{t}" for s, t in zip(tiny_run.train_src, tiny_run.train_tgt, strict=True)]
     (tmp_path / "chat").mkdir()
     write(tmp_path / "chat" / "chat.tsv", rows)

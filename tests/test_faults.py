@@ -29,12 +29,6 @@ TINY = ROOT / "configs" / "tiny.yaml"
 TINY_DATA = ROOT / "tests" / "data" / "tiny"
 
 
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
-
-
 def overrides(run_dir: Path, *extra: str) -> list[str]:
     return [
         f"data.dir={TINY_DATA}",

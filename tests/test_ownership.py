@@ -22,7 +22,6 @@ TINY_DATA = ROOT / "tests" / "data" / "tiny"
 
 def nmt(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("NMT_DATA_DIR", None)
     return subprocess.run(
         [sys.executable, "-m", "nmt", *map(str, args)],
         cwd=cwd,

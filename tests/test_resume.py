@@ -9,8 +9,7 @@ import signal
 
 import pytest
 import torch
-from train_setup import (  # noqa: F401 (clean_env: autouse here)
-    clean_env,
+from train_setup import (
     metrics,
     tiny,
 )

@@ -7,8 +7,7 @@ import math
 
 import pytest
 import torch
-from train_setup import (  # noqa: F401 (clean_env: autouse here)
-    clean_env,
+from train_setup import (
     step_once,
     tiny_model_and_batches,
 )

@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from train_setup import (  # noqa: F401 (clean_env: autouse here)
-    clean_env,
+from train_setup import (
     metrics,
     tiny,
 )

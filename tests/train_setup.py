@@ -8,7 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from nmt.batching import collate
@@ -40,13 +39,6 @@ def tiny(tmp_path: Path, *overrides: str) -> Config:
 def metrics(cfg: Config) -> list[dict]:
     lines = (cfg.run_dir / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    """Autouse where imported: the tiny config's paths are absolute, NMT_DATA_DIR must not
-    move them."""
-    monkeypatch.delenv("NMT_DATA_DIR", raising=False)
 
 
 def tiny_model_and_batches():

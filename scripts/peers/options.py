@@ -56,12 +56,12 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
 
 def check_decoding(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """One `ap.error` (a line, exit 2) where the decoding options contradict each other or
-    this machine."""
+    this machine: first each other, which says the same on every machine."""
+    if args.int8 and args.decode_precision:
+        ap.error("--int8 and --decode-precision: int8 decoding keeps its float parts in fp32")
     gpu = torch.cuda.is_available()
     if args.int8 and gpu:
         ap.error("--int8: int8 decoding is for CPUs; this machine decodes on its GPU")
-    if args.int8 and args.decode_precision:
-        ap.error("--int8 and --decode-precision: int8 decoding keeps its float parts in fp32")
     if args.decode_precision == "bf16" and not gpu and not cpu_has_bf16_matmul():
         ap.error("--decode-precision bf16: this CPU has no bf16 matrix units (AVX512-BF16, AMX)")
     if args.decode_workers > 1 and gpu:
