@@ -18,11 +18,11 @@
 #         -d .whl datasets sacremoses fastapi starlette pydantic pydantic_core uvicorn dill \
 #         multiprocess annotated-types typing-inspection typing_extensions opentelemetry-api \
 #         libretranslatepy        # each pinned NAME==VERSION as `.venv/bin/pip list` has it
-#     mkdir -p .gpu/shared/data && cp -r ../shared/data/multi30k .gpu/shared/data/
+#     mkdir -p .gpu/shared/data && cp -r ../shared/data/{multi30k,tatoeba} .gpu/shared/data/
 # On the H100 of session 30 the suite took over 170 s with 8 workers of 16 threads each (half
-# of it ran): its workers now take 2 threads each. Its failures are named as they happen (-v), so a stage cut short still says.
+# of it ran); with 2 threads each, session 33's ran whole in 156 s. Its failures are named as
+# they happen (-v), so a stage cut short still says.
 set -u
-OUT=${OUT:-/tmp/gpu-check}
 BENCH_MINUTES=${BENCH_MINUTES:-0.5}
 BENCH_SECONDS=${BENCH_SECONDS:-400}  # each stage's time limit, within the call's own
 SUITE_SECONDS=${SUITE_SECONDS:-400}
@@ -41,12 +41,18 @@ done
 [ $# -gt 0 ] || { echo "gpu_check.sh: name the stages: env cuda syncs bench suite"; exit 2; }
 compgen -G ".whl/*.whl" >/dev/null || {
     echo "gpu_check.sh: no wheels in .whl/: download them first (this script's header)"; exit 2; }
+# what it writes, in folders of its own: the logs ($OUT where the device tool sets it), the
+# wheels' packages, compare_peers' work
+scratch=$(mktemp -d)
+OUT=${OUT:-$scratch/logs}
 mkdir -p "$OUT"
+echo "gpu_check.sh: logs in $OUT, packages in $scratch/site"
 export PYTHONUNBUFFERED=1 NMT_DATA_DIR=../shared/data
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD:$PWD/scripts
-[ -e ../shared ] || ln -s "$PWD/.gpu/shared" ../shared
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --target "$scratch/site" .whl/*.whl || exit 1
+export PYTHONPATH=$scratch/site:$PWD:$PWD/scripts
+# the suite reads ../shared/data: the carried copy, where there is no ../shared
+[ -e ../shared ] || [ ! -d .gpu/shared ] || ln -s "$PWD/.gpu/shared" ../shared
 
 stage() {  # stage NAME SECONDS COMMAND...: the command's output into $OUT/NAME.log
     local name=$1 limit=$2 start=$SECONDS rc
@@ -78,7 +84,7 @@ print(torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_cap
             tests/test_gpu_paths.py ${CUDA_TESTS:+-k "$CUDA_TESTS"} ;;
         syncs) TAIL=60 stage syncs 150 bash -c syncs ;;
         bench) TAIL=30 stage bench "$BENCH_SECONDS" python3 scripts/compare_peers.py \
-            --only nmt-fp32,nmt-bf16,nmt-fp16 --minutes "$BENCH_MINUTES" --work /tmp/peers \
+            --only nmt-fp32,nmt-bf16,nmt-fp16 --minutes "$BENCH_MINUTES" --work "$scratch/peers" \
             --out "$OUT/bench.json" ;;
         suite) TAIL=3 stage suite "$SUITE_SECONDS" env OMP_NUM_THREADS="$SUITE_THREADS" \
             python3 -m pytest -v -p no:cacheprovider -n "$SUITE_WORKERS" --durations=15 \
