@@ -38,7 +38,9 @@ fresh process as a user runs it, after every row has trained; `--decode-repeats 
 command N times, the rows in turns (every command's first run, then every one's second: the
 machine's drift falls on all rows alike), and reports the medians (one cold run moves by
 ±20 % here), and `--redecode` decodes the previous run's models again without training (its
-training figures and limits kept from --out).
+training figures and limits kept from --out). --out is written once all rows have trained,
+their decoding cells empty, and again once they have decoded: a run stopped while decoding
+(a time limit) keeps its training figures, and `--redecode` fills the cells.
 `--int8`, `--decode-precision P` and `--decode-workers N` decode nmt's rows as `nmt
 translate --int8 --precision P --workers N` would (int8 weights; P instead of the precision
 each row trained in; N worker processes of cores / N threads each), the peers as they do by
@@ -59,7 +61,7 @@ import json
 import shutil
 import signal
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -287,6 +289,41 @@ def _shared_pieces(args: argparse.Namespace) -> Shared:
     return Shared(spm_model, pieces)
 
 
+@dataclass
+class Report:
+    """The run's JSON (--out): what it measured, and the machine it ran on."""
+
+    args: argparse.Namespace
+    threads: int
+    flags: list[str]
+    gpu: str | None
+    limits: dict[str, Limit]
+
+    def write(self, results: list[Result], *, decoded: bool) -> None:
+        """`decoded`: whether the rows' decodings have run (their cells are empty before)."""
+        args = self.args
+        run = {
+            "threads": self.threads,
+            "torch": torch.__version__,
+            "cpu": cpu_name(),
+            "cpu_flags": self.flags,
+            "gpu": self.gpu,
+            "limits": {p: asdict(lim) for p, lim in self.limits.items()},
+            "minutes": args.minutes,
+            "updates": args.updates,
+            "int8_decoding": args.int8,
+            "decode_workers": args.decode_workers,
+            "decode_repeats": args.decode_repeats,
+            "redecoded": bool(args.again),
+            "decoded": decoded,
+            "seed": args.seed,
+            "nmt_config": str(args.nmt_config),
+            "nmt_set": args.nmt_set,
+            "results": [asdict(r) for r in results],
+        }
+        write_output(args.out, json.dumps(run, indent=1).encode())
+
+
 def main() -> None:
     args = _arguments()
     # SIGTERM (a timeout, kill) as an exception: the training under way is killed with us
@@ -314,12 +351,16 @@ def main() -> None:
         rows, timed = adapter.run_all(args, shared, only)
         results += rows
         decodings += timed
+    if not results:
+        sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
+    report = Report(args, threads, flags, gpu, limits)
     if decodings:
+        if not args.again:  # the training figures kept if the decodings are cut short
+            report.write(results, decoded=False)
+            print(f"written, before the decodings (--redecode runs them again): {args.out}")
         runs = f"{args.decode_repeats} run{'s' if args.decode_repeats > 1 else ''}"
         print(f"decoding {len(decodings)} commands, {runs} each, in turns ...", flush=True)
         decode_in_turns(decodings, args.decode_repeats, args.data)
-    if not results:
-        sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
     base = next((r for r in results if r.name == opennmt.NAME), None)
 
     if args.again:
@@ -339,30 +380,7 @@ def main() -> None:
     if args.plot:
         plot(results, args.plot, args.minutes)
         print(f"curve: {args.plot}")
-    write_output(
-        args.out,
-        json.dumps(
-            {
-                "threads": threads,
-                "torch": torch.__version__,
-                "cpu": cpu_name(),
-                "cpu_flags": flags,
-                "gpu": gpu,
-                "limits": {p: asdict(lim) for p, lim in limits.items()},
-                "minutes": args.minutes,
-                "updates": args.updates,
-                "int8_decoding": args.int8,
-                "decode_workers": args.decode_workers,
-                "decode_repeats": args.decode_repeats,
-                "redecoded": bool(args.again),
-                "seed": args.seed,
-                "nmt_config": str(args.nmt_config),
-                "nmt_set": args.nmt_set,
-                "results": [asdict(r) for r in results],
-            },
-            indent=1,
-        ).encode(),
-    )
+    report.write(results, decoded=True)
     print(f"\nwritten: {args.out}")
 
 

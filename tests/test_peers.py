@@ -295,3 +295,40 @@ def test_compare_peers_refuses_contradicting_decoding_options(tmp_path, args, sa
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+@pytest.mark.parametrize("cut_short", [False, True], ids=["whole", "cut while decoding"])
+def test_the_training_figures_are_written_before_the_decodings(tmp_path, monkeypatch, cut_short):
+    """--out holds the rows once they have trained, their decoding cells empty, so that a run
+    stopped while decoding (a time limit: the first bench of session 33's GPU) keeps them
+    for --redecode; then the whole run."""
+    (tmp_path / "train.en").write_text("a\n")
+    row = Result(name="nmt fp32", tokens_per_s=1000.0)
+    said = re.compile(r"took ([\d.]+)")
+    adapter = argparse.Namespace(
+        KEYS=["nmt-fp32"],
+        run_all=lambda *_: ([row], [Decoding(row, "greedy", ["x"], said, lambda: ["y"])]),
+    )
+
+    def decode(decodings, times, data):
+        if cut_short:
+            sys.exit("compare_peers.py: terminated")
+        for d in decodings:
+            d.result.decode[d.label] = {"seconds": 1.0, "bleu": 2.0, "bleu_wmt_mmt": 2.0}
+
+    monkeypatch.setattr(compare_peers, "ADAPTERS", [adapter])
+    monkeypatch.setattr(compare_peers, "machine_limits", lambda *_: {})
+    monkeypatch.setattr(compare_peers, "_shared_pieces", lambda *_: None)
+    monkeypatch.setattr(compare_peers, "decode_in_turns", decode)
+    out = tmp_path / "out.json"
+    argv = ["compare_peers.py", "--data", str(tmp_path), "--work", str(tmp_path / "w")]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--only", "nmt-fp32"])
+    if cut_short:
+        with pytest.raises(SystemExit, match="terminated"):
+            compare_peers.main()
+    else:
+        compare_peers.main()
+    run = json.loads(out.read_text())
+    (written,) = run["results"]
+    assert written["tokens_per_s"] == 1000.0 and run["decoded"] is not cut_short
+    assert written["decode"] == ({} if cut_short else {"greedy": row.decode["greedy"]})
