@@ -6,10 +6,14 @@
 # it did. Stages (any subset, in this order): env, cuda (tests/test_cuda.py and
 # tests/test_gpu_paths.py), syncs (host syncs and tokens/s of the reference model's update,
 # scripts/profile_step.py), bench (scripts/compare_peers.py's nmt rows on the GPU for
-# $BENCH_MINUTES each, against the GPU's limit), suite (the whole test suite).
+# $BENCH_MINUTES each, against the GPU's limit), suite (the whole test suite), batches (the
+# update's tokens/s at each batch size of $BATCHES in each of $PRECISIONS: how far a larger
+# batch takes a launch-bound step, and whether bf16 pays there).
 #
-#     bash scripts/gpu_check.sh env cuda syncs bench suite
+#     bash scripts/gpu_check.sh env cuda syncs bench suite batches
 #
+# Session 33's H100: env 9 s, suite 161 s, bench (0.3 min) 171 s, syncs (two precisions)
+# 53 s; `env suite bench syncs` fits one call of about 430 s (cuda is inside suite).
 # Set up beside the repository first (here, where pip reaches PyPI), both folders ignored by
 # .gitignore: the wheels of the packages the image lacks, for its Python 3.12 (the
 # versions of this checkout's .venv), and the data:
@@ -29,16 +33,19 @@ SUITE_SECONDS=${SUITE_SECONDS:-400}
 SUITE_WORKERS=${SUITE_WORKERS:-8}  # pytest-xdist workers, each of SUITE_THREADS CPU threads:
 SUITE_THREADS=${SUITE_THREADS:-2}  # torch's default (every core) in each oversubscribes them
 SUITE_TESTS=${SUITE_TESTS:-}  # pytest's test ids: a part of the suite (a rerun of failures)
-PRECISIONS=${PRECISIONS:-bf16 fp16 fp32}  # the syncs stage's
+PRECISIONS=${PRECISIONS:-bf16 fp16 fp32}  # the syncs and batches stages'
+BATCHES=${BATCHES:-64 256}  # the batches stage's sentences a batch
 CUDA_TESTS=${CUDA_TESTS:-}  # pytest -k expression: a subset of the cuda stage's tests
 for what in "$@"; do  # before installing anything
     case $what in
-        env | cuda | syncs | bench | suite) ;;
-        *) echo "gpu_check.sh: unknown stage '$what': expected env, cuda, syncs, bench or suite"
+        env | cuda | syncs | bench | suite | batches) ;;
+        *) echo "gpu_check.sh: unknown stage '$what': expected env, cuda, syncs, bench, suite" \
+            "or batches"
             exit 2 ;;
     esac
 done
-[ $# -gt 0 ] || { echo "gpu_check.sh: name the stages: env cuda syncs bench suite"; exit 2; }
+[ $# -gt 0 ] || {
+    echo "gpu_check.sh: name the stages: env cuda syncs bench suite batches"; exit 2; }
 compgen -G ".whl/*.whl" >/dev/null || {
     echo "gpu_check.sh: no wheels in .whl/: download them first (this script's header)"; exit 2; }
 # what it writes, in folders of its own: the logs ($OUT where the device tool sets it), the
@@ -72,8 +79,16 @@ syncs() {
             --steps 5 --count-syncs || return
     done
 }
-export -f syncs
-export PRECISIONS
+batches() {
+    for batch in $BATCHES; do
+        for precision in $PRECISIONS; do
+            python3 scripts/profile_step.py configs/reference_rnn.yaml --precision "$precision" \
+                --steps 30 --profile-steps 0 --set "train.batch_size=$batch" || return
+        done
+    done
+}
+export -f syncs batches
+export PRECISIONS BATCHES
 
 for what in "$@"; do
     case $what in
@@ -83,6 +98,7 @@ print(torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_cap
         cuda) stage cuda 150 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py \
             tests/test_gpu_paths.py ${CUDA_TESTS:+-k "$CUDA_TESTS"} ;;
         syncs) TAIL=60 stage syncs 150 bash -c syncs ;;
+        batches) stage batches 150 bash -c batches ;;
         bench) TAIL=30 stage bench "$BENCH_SECONDS" python3 scripts/compare_peers.py \
             --only nmt-fp32,nmt-bf16,nmt-fp16 --minutes "$BENCH_MINUTES" --work "$scratch/peers" \
             --out "$OUT/bench.json" ;;
