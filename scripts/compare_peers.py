@@ -355,7 +355,9 @@ def main() -> None:
         sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
     report = Report(args, threads, flags, gpu, limits)
     if decodings:
-        if not args.again:  # the training figures kept if the decodings are cut short
+        # the training figures kept if the decodings are cut short; not twice into a stream
+        # (--out /dev/stdout), nor over the run that --redecode reads
+        if not args.again and (args.out.is_file() or not args.out.exists()):
             report.write(results, decoded=False)
             print(f"written, before the decodings (--redecode runs them again): {args.out}")
         runs = f"{args.decode_repeats} run{'s' if args.decode_repeats > 1 else ''}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -297,11 +298,9 @@ def test_compare_peers_refuses_contradicting_decoding_options(tmp_path, args, sa
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
 
 
-@pytest.mark.parametrize("cut_short", [False, True], ids=["whole", "cut while decoding"])
-def test_the_training_figures_are_written_before_the_decodings(tmp_path, monkeypatch, cut_short):
-    """--out holds the rows once they have trained, their decoding cells empty, so that a run
-    stopped while decoding (a time limit: the first bench of session 33's GPU) keeps them
-    for --redecode; then the whole run."""
+def _one_fake_row(tmp_path, monkeypatch, *, cut_short: bool) -> Result:
+    """compare_peers.main with one row that "trained" and one decoding of it, nothing run:
+    the decoding fills its cell, or stops the run as a time limit would (`cut_short`)."""
     (tmp_path / "train.en").write_text("a\n")
     row = Result(name="nmt fp32", tokens_per_s=1000.0)
     said = re.compile(r"took ([\d.]+)")
@@ -320,7 +319,10 @@ def test_the_training_figures_are_written_before_the_decodings(tmp_path, monkeyp
     monkeypatch.setattr(compare_peers, "machine_limits", lambda *_: {})
     monkeypatch.setattr(compare_peers, "_shared_pieces", lambda *_: None)
     monkeypatch.setattr(compare_peers, "decode_in_turns", decode)
-    out = tmp_path / "out.json"
+    return row
+
+
+def _main(tmp_path, monkeypatch, out, *, cut_short: bool) -> None:
     argv = ["compare_peers.py", "--data", str(tmp_path), "--work", str(tmp_path / "w")]
     monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--only", "nmt-fp32"])
     if cut_short:
@@ -328,7 +330,25 @@ def test_the_training_figures_are_written_before_the_decodings(tmp_path, monkeyp
             compare_peers.main()
     else:
         compare_peers.main()
+
+
+@pytest.mark.parametrize("cut_short", [False, True], ids=["whole", "cut while decoding"])
+def test_the_training_figures_are_written_before_the_decodings(tmp_path, monkeypatch, cut_short):
+    """--out holds the rows once they have trained, their decoding cells empty, so that a run
+    stopped while decoding (a time limit: the first bench of session 33's GPU) keeps them
+    for --redecode; then the whole run."""
+    row = _one_fake_row(tmp_path, monkeypatch, cut_short=cut_short)
+    out = tmp_path / "out.json"
+    _main(tmp_path, monkeypatch, out, cut_short=cut_short)
     run = json.loads(out.read_text())
     (written,) = run["results"]
     assert written["tokens_per_s"] == 1000.0 and run["decoded"] is not cut_short
     assert written["decode"] == ({} if cut_short else {"greedy": row.decode["greedy"]})
+
+
+def test_a_stream_gets_the_run_once(tmp_path, monkeypatch, capsys):
+    """--out naming a stream (/dev/stdout; here /dev/null) is written at the end only: a
+    reader of it gets one JSON document."""
+    _one_fake_row(tmp_path, monkeypatch, cut_short=True)
+    _main(tmp_path, monkeypatch, os.devnull, cut_short=True)
+    assert "before the decodings" not in capsys.readouterr().out
