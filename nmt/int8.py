@@ -110,12 +110,13 @@ def linear(x: Tensor, w: Int8Rows, bias: Tensor | None) -> Tensor:
     on the fly like the weight's rows (its own scale, symmetric), int32 sums; from
     `PACKED_OUTPUT_ROWS` rows on, where `packs()`, oneDNN's product on the rows packed
     (`packed_linear`: x quantized with one scale)."""
+    bias = _float(bias)
     if x.numel() >= PACKED_OUTPUT_ROWS * x.size(-1) and packs():
-        return packed_linear(x, w.packed, _float(bias))
+        return packed_linear(x, w.packed, bias)
     xq = Int8Rows.of(x.reshape(-1, x.size(-1)))  # (M, K) the input's rows, quantized alike
     acc = torch._int_mm(xq.weight, w.weight.t())  # (M, N) int32
     out = acc.to(torch.float32).mul_(xq.scale.unsqueeze(1))  # (M, N)
-    out = out.mul_(w.scale) if bias is None else torch.addcmul(bias.float(), out, w.scale)
+    out = out.mul_(w.scale) if bias is None else torch.addcmul(bias, out, w.scale)
     return out.view(*x.shape[:-1], -1)  # (..., N)
 
 
