@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nmt.cli import app
+from nmt.config import DATA_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -300,7 +301,7 @@ def test_the_suite_runs_alike_under_a_users_nmt_variables(tmp_path):
     """conftest takes the caller's NMT_DATA_DIR and NMT_DEBUG from every test: with them set,
     a test that relies on its config's own data root and one that wants one-line errors
     still pass (on a GPU machine, whose check script sets NMT_DATA_DIR, the first failed)."""
-    env = {**os.environ, "NMT_DATA_DIR": str(tmp_path / "elsewhere"), "NMT_DEBUG": "1"}
+    env = {**os.environ, DATA_DIR_ENV: str(tmp_path / "elsewhere"), "NMT_DEBUG": "1"}
     tests = [
         "tests/test_corpora.py::test_prepare_names_each_corpus_on_the_command_line",
         "tests/test_cli.py::test_bad_override_and_missing_config_exit_2",
