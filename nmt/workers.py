@@ -19,7 +19,8 @@ Batches go out one at a time, so a worker that finishes early takes the next, an
 come back in batch order. Tensors in a result travel by value as numpy arrays: pickled the
 multiprocessing way, each would hold a shared-memory file open in the parent as long as it
 lives, a thousand translations a thousand files. Ctrl-C is the parent's: workers ignore it,
-and leaving the `pool` block ends them; a parent killed outright takes them with it (Linux),
+and leaving the `pool` block ends them (by SIGTERM, to which they take the default action
+whatever handler the parent has); a parent killed outright takes them with it (Linux),
 where they would otherwise write into a closed pipe and print its traceback.
 
 CPU only: CUDA does not survive a fork, and a GPU's kernels are not the bottleneck.
@@ -77,6 +78,10 @@ def pool(job: Callable[[Any], Any], workers: int) -> Iterator[Callable[[Iterable
 def _start(job: Callable[[Any], Any], threads: int, parent: int) -> None:
     global _job
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C ends the parent, which ends the pool
+    # Leaving the pool ends the workers by SIGTERM: never with a handler the parent installed
+    # (one that exits at once, raising SystemExit in a worker blocked on the task queue's lock,
+    # left it alive and the parent waiting for it forever)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if sys.platform.startswith("linux"):  # killed when the parent dies (prctl PR_SET_PDEATHSIG)
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it died before that

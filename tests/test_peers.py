@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -325,11 +326,15 @@ def _one_fake_row(tmp_path, monkeypatch, *, cut_short: bool) -> Result:
 def _main(tmp_path, monkeypatch, out, *, cut_short: bool) -> None:
     argv = ["compare_peers.py", "--data", str(tmp_path), "--work", str(tmp_path / "w")]
     monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--only", "nmt-fp32"])
-    if cut_short:
-        with pytest.raises(SystemExit, match="terminated"):
+    before = signal.getsignal(signal.SIGTERM)  # main's own handler, not the suite's after it
+    try:
+        if cut_short:
+            with pytest.raises(SystemExit, match="terminated"):
+                compare_peers.main()
+        else:
             compare_peers.main()
-    else:
-        compare_peers.main()
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 @pytest.mark.parametrize("cut_short", [False, True], ids=["whole", "cut while decoding"])
