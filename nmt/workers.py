@@ -49,6 +49,9 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # is never pickled (a closure over the parent's translator and sentences).
 _job: Callable[[Any], Any] | None = None
 
+# The signals a worker answers in its own way (`_start`), not with its parent's handlers.
+_OWN_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
 
 def check_workers(workers: int, device: torch.device) -> None:
     """The one check of a worker count, for every way in."""
@@ -71,7 +74,15 @@ def pool(job: Callable[[Any], Any], workers: int) -> Iterator[Callable[[Iterable
     threads = max(1, torch.get_num_threads() // workers)
     context = multiprocessing.get_context("fork")
     started = (job, threads, os.getpid())
-    with context.Pool(workers, initializer=_start, initargs=started) as processes:
+    # Forked with these signals blocked, a worker cannot run the parent's handlers before
+    # `_start` sets its own; one that arrives meanwhile waits for that (and the pool's threads,
+    # started here too, leave them to the main thread)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _OWN_SIGNALS)
+    try:
+        processes = context.Pool(workers, initializer=_start, initargs=started)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    with processes:
         yield lambda items: map(pickle.loads, processes.imap(_run, items))
 
 
@@ -82,6 +93,7 @@ def _start(job: Callable[[Any], Any], threads: int, parent: int) -> None:
     # (one that exits at once, raising SystemExit in a worker blocked on the task queue's lock,
     # left it alive and the parent waiting for it forever)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _OWN_SIGNALS)  # blocked by `pool` for the fork
     if sys.platform.startswith("linux"):  # killed when the parent dies (prctl PR_SET_PDEATHSIG)
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it died before that

@@ -21,7 +21,7 @@
 #         --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #         -d .whl datasets sacremoses fastapi starlette pydantic pydantic_core uvicorn dill \
 #         multiprocess annotated-types typing-inspection typing_extensions opentelemetry-api \
-#         libretranslatepy        # each pinned NAME==VERSION as `.venv/bin/pip list` has it
+#         libretranslatepy pytest-timeout    # each pinned NAME==VERSION as `.venv/bin/pip list` has it
 #     mkdir -p .gpu/shared/data && cp -r ../shared/data/{multi30k,tatoeba} .gpu/shared/data/
 # On the H100 of session 30 the suite took over 170 s with 8 workers of 16 threads each (half
 # of it ran); with 2 threads each, session 33's ran whole in 156 s. Its failures are named as

@@ -102,6 +102,45 @@ def test_workers_end_by_sigterm_whatever_handler_the_parent_has():
         signal.signal(signal.SIGTERM, before)
 
 
+# A program whose SIGTERM handler exits (as compare_peers.main's does), whose workers are still
+# starting (before `_start`) when it leaves the pool: the pool ends them by SIGTERM then.
+_SLOW_START = """
+import os, signal, sys, time
+from nmt import workers
+parent = os.getpid()
+def exits(*_):
+    if os.getpid() != parent:
+        os.write(2, b"the parent's handler ran in a worker\\n")
+    sys.exit("terminated")
+signal.signal(signal.SIGTERM, exits)
+start = workers._start
+def slow_start(*args):
+    time.sleep(1)
+    start(*args)
+workers._start = slow_start
+with workers.pool(abs, 2):
+    pass
+"""
+
+
+def test_a_worker_still_starting_ends_by_sigterm_not_by_the_parents_handler():
+    """The window before `_start` (a worker forked with the parent's handler that had not yet
+    set its own): the suite hung there in CI, the parent joining a worker that ran the handler."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_START],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("leaving the pool hung on a worker that was still starting")
+    assert proc.returncode == 0 and err == ""
+
+
 @pytest.mark.parametrize("n, device, message", [(0, "cpu", "at least 1"), (2, "cuda", "CPU")])
 def test_bad_worker_counts_are_refused(n, device, message):
     with pytest.raises(NmtError, match=f"--workers {n}: .*{message}"):
@@ -143,7 +182,11 @@ def test_a_terminated_caller_takes_its_workers_with_it_quietly(tiny_run):
         if children.exists() and len(children.read_text().split()) == 2:
             break
         time.sleep(0.05)
+    assert proc.poll() is None, (
+        f"the caller ended before its workers started: {proc.communicate()[1]!r}"
+    )
     pids = children.read_text().split()
+    assert len(pids) == 2, f"the caller's children after 60 s: {pids}"
     time.sleep(0.5)  # the workers at work
     proc.terminate()
     _, err = proc.communicate(timeout=30)
