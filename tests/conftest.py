@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +53,24 @@ def _in_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     directory (`runs/latest`, `runs/NAME`) never lands in the checkout the suite runs from,
     which may hold a user's own runs."""
     monkeypatch.chdir(tmp_path)
+
+
+# The handlers a program installs (scripts' mains, `nmt serve`, training's `StopSignals`) and
+# processes inherit: one left in the suite's process by a test was inherited by the forked
+# workers of the tests after it, and made one hang until CI's limit.
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_put_back() -> Iterator[None]:
+    """A test that leaves its own SIGINT or SIGTERM handler in the suite's process fails,
+    and the suite's handlers are put back for the tests after it."""
+    before = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    yield
+    left = [signal.Signals(sig).name for sig in _SIGNALS if signal.getsignal(sig) != before[sig]]
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+    assert not left, f"the test left a handler of its own for {' and '.join(left)}"
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -295,6 +296,28 @@ def test_debug_shows_the_traceback():
     assert "Traceback" not in plain.output
     debug = runner.invoke(app, ["--debug", "translate", "Hello.", "--model", "no-model.pt"])
     assert debug.exit_code == 2 and "Traceback" in debug.stderr
+
+
+def test_a_test_that_leaves_a_signal_handler_fails_and_the_next_runs_without_it(tmp_path):
+    """conftest fails a test that leaves its own SIGTERM handler in the suite's process (one
+    left by a test of compare_peers.main made a later test's workers hang in CI)."""
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path)
+    (tmp_path / "test_leaks.py").write_text(
+        "import signal\n\n\n"
+        "def test_leaves():\n    signal.signal(signal.SIGTERM, lambda *_: None)\n\n\n"
+        "def test_after():\n    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_leaks.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "2 passed, 1 error" in done.stdout, done.stdout[-3000:]
+    assert "ERROR at teardown of test_leaves" in done.stdout
+    assert "the test left a handler of its own for SIGTERM" in done.stdout
 
 
 def test_the_suite_runs_alike_under_a_users_nmt_variables(tmp_path):
