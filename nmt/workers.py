@@ -19,8 +19,9 @@ Batches go out one at a time, so a worker that finishes early takes the next, an
 come back in batch order. Tensors in a result travel by value as numpy arrays: pickled the
 multiprocessing way, each would hold a shared-memory file open in the parent as long as it
 lives, a thousand translations a thousand files. Ctrl-C is the parent's: workers ignore it,
-and leaving the `pool` block ends them (by SIGTERM, to which they take the default action
-whatever handler the parent has); a parent killed outright takes them with it (Linux),
+and leaving the `pool` block ends them (by SIGTERM, to which they take the default action,
+whatever handler the parent has: forked with both signals blocked, a worker never runs the
+parent's handlers); a parent killed outright takes them with it (Linux),
 where they would otherwise write into a closed pipe and print its traceback.
 
 CPU only: CUDA does not survive a fork, and a GPU's kernels are not the bottleneck.
