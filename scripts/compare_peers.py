@@ -29,7 +29,9 @@ Training speed is target tokens/s (non-pad, EOS included) as each toolkit logs i
 window, the median of the windows after the first (which holds start-up). Each row also
 gives its share of the machine's own limit for the model (`peers/limit.py`: the tokens/s
 its matrix products alone would allow, at the model's shapes, in the row's precision,
-measured first in the same run), with the CPU's model and flags in the output and JSON.
+measured in the same run: before the first row trains and after each toolkit's rows, each
+product's fastest timing kept, each pass's own figure in the JSON), with the CPU's model and
+flags in the output and JSON.
 On a GPU, nmt's rows train there and are measured against the GPU's own limit in their
 precision ("cuda fp16"); the peers still train on the CPU, against its fp32 limit.
 Peak memory is the training process's peak resident set (`wait4`). Decoding times are the
@@ -82,7 +84,7 @@ from peers.common import (  # noqa: E402
     previous_run,
     sh,
 )
-from peers.limit import Limit, cpu_flags, cpu_name, limit, limit_key  # noqa: E402
+from peers.limit import Limit, Timings, cpu_flags, cpu_name, limit_key, timed_pass  # noqa: E402
 from peers.options import check_decoding, decoding_arguments  # noqa: E402
 
 from nmt.config import load_config  # noqa: E402
@@ -129,11 +131,11 @@ def table(results: list[Result], base: Result | None, limits: dict[str, Limit]) 
     return "\n".join(lines)
 
 
-def machine_limits(args: argparse.Namespace, only: set[str]) -> dict[str, Limit]:
-    """The nmt config's matrix-product limits (`peers/limit.py`), measured first, on an idle
-    machine: on the CPU in fp32, and bf16 where the CPU has bf16 units (the peers train the
-    same model in fp32 on the CPU, so their rows are measured against the CPU's fp32 limit);
-    on a GPU, where nmt's rows train, in each precision asked for (`--only nmt-fp16` ...)."""
+def limit_pass(args: argparse.Namespace, only: set[str], timings: dict[str, Timings]) -> None:
+    """A pass of the limit's timings (`peers.limit.timed_pass`), before the first row trains
+    and after each toolkit's rows: one pass in a slow spell of a shared CPU gave half the bf16
+    limit. On the CPU fp32 (the peers' rows too), and bf16 where the CPU has bf16 units; on a
+    GPU, where nmt's rows train, each precision asked for (`--only nmt-fp16` ...)."""
     cfg = load_config(args.nmt_config, [f"data.dir={args.data}", *args.nmt_set])
     gpu_here = torch.cuda.is_available()
     cpu = ["fp32"] + (["bf16"] if cpu_has_bf16_matmul() and not gpu_here else [])
@@ -141,16 +143,7 @@ def machine_limits(args: argparse.Namespace, only: set[str]) -> dict[str, Limit]
     if gpu_here:
         gpu = [p for p in ("fp32", "bf16", "fp16") if f"nmt-{p}" in only]
         wanted += [(torch.device("cuda"), p) for p in gpu]
-    out = {}
-    for device, precision in wanted:
-        key = limit_key(precision, device.type)
-        lim = out[key] = limit(cfg, precision, vocab=cfg.tokenizer.vocab_size, device=device)
-        print(
-            f"limit {key}: {lim.gflops:,.0f} GFLOP/s at the model's shapes x "
-            f"{lim.mflop_per_token:.1f} MFLOP a target token = {lim.tokens_per_s:,.0f} tok/s "
-            f"(time by library: {lim.library})"
-        )
-    return out
+    timed_pass(cfg, wanted, timings)
 
 
 def previous_limits(out: Path, flag: str) -> dict[str, Limit]:
@@ -344,15 +337,23 @@ def main() -> None:
         f"{torch.__version__}, {budget} each, seed {args.seed}; work in {args.work}"
         + (f"; GPU: {gpu} (nmt's rows train there, the peers on the CPU)" if gpu else "")
     )
-    limits = previous_limits(args.out, args.again) if args.again else machine_limits(args, only)
+    # --redecode keeps the previous run's limits; else passes before and between the rows
+    limits = previous_limits(args.out, args.again) if args.again else {}
+    timings: dict[str, Timings] = {}
+    if not args.again:
+        limit_pass(args, only, timings)
     shared = _shared_pieces(args)
     results, decodings = [], []
     for adapter in ADAPTERS:
         rows, timed = adapter.run_all(args, shared, only)
+        if rows and not args.again:
+            limit_pass(args, only, timings)
         results += rows
         decodings += timed
     if not results:
         sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
+    if not args.again:
+        limits = {key: t.limit() for key, t in timings.items()}
     report = Report(args, threads, flags, gpu, limits)
     if decodings:
         # the training figures kept if the decodings are cut short; not twice into a stream

@@ -5,6 +5,7 @@ always said why."""
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -26,7 +27,15 @@ from peers import (
 )
 from peers import limit as limit_mod  # noqa: E402
 from peers.common import DECODINGS, Decoding, Result, decode_in_turns, kept_rows  # noqa: E402
-from peers.limit import Limit, Product, limit, limit_key, product_of, step_products  # noqa: E402
+from peers.limit import (  # noqa: E402
+    Limit,
+    Product,
+    Timings,
+    limit_key,
+    product_of,
+    step_products,
+    time_step,
+)
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from nmt import onednn  # noqa: E402
@@ -129,7 +138,7 @@ def test_profile_step_refuses_bad_input_in_one_line(tmp_path, args, says):
 
 def test_limit_on_the_cpu(tmp_path, one_round):
     cfg = tiny(tmp_path)
-    lim = limit(cfg, "fp32", vocab=37, src_len=5, tgt_len=4)
+    lim = time_step(cfg, "fp32", vocab=37, src_len=5, tgt_len=4).limit()
     assert lim.device == "cpu" and lim.precision == "fp32"
     assert lim.tokens_per_s > 0 and lim.gflops > 0 and lim.products > 0
     # the FLOPs a token times the tokens a second are the rate
@@ -138,14 +147,15 @@ def test_limit_on_the_cpu(tmp_path, one_round):
 
 def test_fp16_limit_is_refused_on_a_cpu(tmp_path):
     with pytest.raises(ValueError, match="fp16 is for GPUs"):
-        limit(tiny(tmp_path), "fp16", vocab=37)
+        time_step(tiny(tmp_path), "fp16", vocab=37)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (none on this machine)")
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_limit_on_the_gpu(tmp_path, one_round, precision):
     cfg = tiny(tmp_path)
-    lim = limit(cfg, precision, vocab=37, src_len=5, tgt_len=4, device=torch.device("cuda"))
+    timed = time_step(cfg, precision, vocab=37, src_len=5, tgt_len=4, device=torch.device("cuda"))
+    lim = timed.limit()
     assert lim.device == "cuda" and lim.tokens_per_s > 0
 
 
@@ -299,9 +309,14 @@ def test_compare_peers_refuses_contradicting_decoding_options(tmp_path, args, sa
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
 
 
+# What the row had decoded at each pass of the limit's timings (`_one_fake_row`)
+passes: list[dict] = []
+
+
 def _one_fake_row(tmp_path, monkeypatch, *, cut_short: bool) -> Result:
     """compare_peers.main with one row that "trained" and one decoding of it, nothing run:
     the decoding fills its cell, or stops the run as a time limit would (`cut_short`)."""
+    passes.clear()
     (tmp_path / "train.en").write_text("a\n")
     row = Result(name="nmt fp32", tokens_per_s=1000.0)
     said = re.compile(r"took ([\d.]+)")
@@ -317,7 +332,7 @@ def _one_fake_row(tmp_path, monkeypatch, *, cut_short: bool) -> Result:
             d.result.decode[d.label] = {"seconds": 1.0, "bleu": 2.0, "bleu_wmt_mmt": 2.0}
 
     monkeypatch.setattr(compare_peers, "ADAPTERS", [adapter])
-    monkeypatch.setattr(compare_peers, "machine_limits", lambda *_: {})
+    monkeypatch.setattr(compare_peers, "limit_pass", lambda *_: passes.append(row.decode.copy()))
     monkeypatch.setattr(compare_peers, "_shared_pieces", lambda *_: None)
     monkeypatch.setattr(compare_peers, "decode_in_turns", decode)
     return row
@@ -349,6 +364,40 @@ def test_the_training_figures_are_written_before_the_decodings(tmp_path, monkeyp
     (written,) = run["results"]
     assert written["tokens_per_s"] == 1000.0 and run["decoded"] is not cut_short
     assert written["decode"] == ({} if cut_short else {"greedy": row.decode["greedy"]})
+
+
+def test_the_limit_is_timed_before_the_rows_train_and_after_them(tmp_path, monkeypatch):
+    """A pass of the limit's timings before the first row trains and one after each
+    toolkit's rows (here one), both before any decoding."""
+    _one_fake_row(tmp_path, monkeypatch, cut_short=False)
+    _main(tmp_path, monkeypatch, tmp_path / "out.json", cut_short=False)
+    assert passes == [{}, {}]
+
+
+def _timings(seconds: dict[Product, float], rate: float) -> Timings:
+    seen = collections.Counter(dict.fromkeys(seconds, 2))
+    best = {p: (t, "torch") for p, t in seconds.items()}
+    return Timings("fp32", "cpu", seen, 100, best, (rate,))
+
+
+def test_passes_of_the_limit_keep_each_products_fastest_timing():
+    """Noise only slows a product: merged passes keep each product's fastest timing (here
+    one from each pass), and the limit says each pass's own rate."""
+    a, b = Product("mm", 1, 64, 512, 1536), Product("bmm", 64, 1, 16, 512)
+    slow_a = _timings({a: 3.0, b: 1.0}, 10.0)
+    slow_b = _timings({a: 1.0, b: 5.0}, 20.0)
+    both = slow_a.merged(slow_b)
+    assert both.best == {a: (1.0, "torch"), b: (1.0, "torch")}
+    lim = both.limit()
+    assert lim.passes == [10.0, 20.0] and lim.tokens_per_s == pytest.approx(100 / 4.0)
+    assert lim.tokens_per_s > max(slow_a.limit().tokens_per_s, slow_b.limit().tokens_per_s)
+
+
+def test_a_pass_rate_is_its_own_limits_rate(tmp_path, one_round):
+    """One pass of real timings: its recorded rate is the rate of the limit it alone gives."""
+    timed = time_step(tiny(tmp_path), "fp32", vocab=37, src_len=5, tgt_len=4)
+    lim = timed.limit()
+    assert lim.passes == [pytest.approx(lim.gflops)]
 
 
 def test_a_stream_gets_the_run_once(tmp_path, monkeypatch, capsys):
