@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import statistics
 import sys
 import time
@@ -221,7 +222,7 @@ class Timings:
             t, library = self.best[p]
             by_library[library] += count * t
         seconds = sum(by_library.values())
-        flops = _flops(self.seen)
+        flops = sum(count * p.flops for p, count in self.seen.items())
         return Limit(
             precision=self.precision,
             tokens_per_s=self.tokens / seconds,
@@ -232,10 +233,6 @@ class Timings:
             device=self.device,
             passes=list(self.passes),
         )
-
-
-def _flops(seen: collections.Counter[Product]) -> int:
-    return sum(count * p.flops for p, count in seen.items())
 
 
 def time_step(
@@ -263,9 +260,8 @@ def time_step(
         for p in seen:
             timed = time_product(p, dtype, device)
             best[p] = min(best.get(p, timed), timed)
-    seconds = sum(count * best[p][0] for p, count in seen.items())
-    rate = _flops(seen) / seconds / 1e9
-    return Timings(precision, device.type, seen, tokens, best, (rate,))
+    alone = Timings(precision, device.type, seen, tokens, best, ())
+    return dataclasses.replace(alone, passes=(alone.limit().gflops,))
 
 
 def timed_pass(
