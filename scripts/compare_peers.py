@@ -150,7 +150,7 @@ def previous_limits(out: Path, flag: str) -> dict[str, Limit]:
     """The limits measured by the run in `out` (decoding again, as `flag` asks, keeps its
     training figures, so their share of the limit is taken against the limit measured
     beside them)."""
-    limits = {p: Limit(**d) for p, d in previous_run(out, flag)["limits"].items()}
+    limits = previous_run(out, flag).limits
     for precision, lim in limits.items():
         print(f"limit {precision}: {lim.tokens_per_s:,.0f} tok/s, measured by the run in {out}")
     return limits

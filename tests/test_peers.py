@@ -217,6 +217,45 @@ def test_previous_limits_read_runs_written_before_gpus(tmp_path):
     assert limits["fp32"].device == "cpu" and limits["fp32"].tokens_per_s == 9554.0
 
 
+_LIMIT = {"precision": "fp32", "tokens_per_s": 1.0, "gflops": 1.0, "mflop_per_token": 1.0}
+_LIMIT |= {"products": 1, "passes": [1.0, 2.0]}
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        {"limits": {"fp32": {**_LIMIT, "speed": 1}}, "results": []},
+        {"limits": {"fp32": 5}, "results": []},
+        {"limits": [], "results": []},
+        {"limits": {"fp32": {k: v for k, v in _LIMIT.items() if k != "gflops"}}, "results": []},
+        {"limits": {}, "results": [{"tokens_per_s": 1.0}]},
+        {"limits": {}, "results": ["nmt fp32"]},
+    ],
+    ids=[
+        "unknown field",
+        "not a mapping",
+        "limits a list",
+        "a field missing",
+        "no name",
+        "a string",
+    ],
+)
+def test_a_damaged_previous_run_is_one_line_for_each_reader(tmp_path, run):
+    """--redecode reads the previous run's limits and rows: a damaged one is refused in one
+    line naming the file, whichever of them reads it first (each once raised a TypeError)."""
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps(run))
+    for read in (compare_peers.previous_limits, lambda o, f: kept_rows([], o, f)):
+        with pytest.raises(SystemExit, match=f"--redecode: {out} is not a run this script wrote"):
+            read(out, "--redecode")
+
+
+def test_a_previous_runs_limits_keep_their_passes(tmp_path):
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps({"limits": {"fp32": _LIMIT}, "results": []}))
+    assert compare_peers.previous_limits(out, "--redecode")["fp32"].passes == [1.0, 2.0]
+
+
 @pytest.mark.parametrize(
     "args, says",
     [

@@ -6,6 +6,7 @@ and the data (one sentencepiece model for all, test BLEU as `nmt eval` computes 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from typing import Any
 import sentencepiece as spm
 
 from nmt import evaluate
+from peers.limit import Limit
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "reference_rnn.yaml"
@@ -169,18 +171,34 @@ def depiece(path: Path, model: Path) -> list[str]:
     return [sp.decode(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def previous_run(out: Path, flag: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PreviousRun:
+    """What the run before wrote to --out: its rows and its limits (by limit key)."""
+
+    results: list[Result]
+    limits: dict[str, Limit]
+
+
+def previous_run(out: Path, flag: str) -> PreviousRun:
     """What the run before wrote to --out (`out`), for `flag` (--redecode or --redecode-onmt),
-    which decodes that run's models again: its rows and its limits."""
+    which decodes that run's models again: its rows and its limits, read here once, so that
+    a damaged file is one line for every reader of it."""
+    damaged = f"{flag}: {out} is not a run this script wrote"
     try:
         run = json.loads(out.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SystemExit(f"{flag}: no previous run in {out}") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise SystemExit(f"{flag}: {out} is not a run this script wrote ({e})") from None
+        raise SystemExit(f"{damaged} ({e})") from None
     if not isinstance(run, dict) or not {"results", "limits"} <= run.keys():
-        raise SystemExit(f"{flag}: {out} is not a run this script wrote (no results, limits)")
-    return run
+        raise SystemExit(f"{damaged} (no results, limits)")
+    try:
+        return PreviousRun(
+            [Result(**r) for r in run["results"]],
+            {key: Limit(**d) for key, d in run["limits"].items()},
+        )
+    except (TypeError, AttributeError) as e:  # a row or limit not a mapping of the fields
+        raise SystemExit(f"{damaged} ({e})") from None
 
 
 def model_of(name: str) -> str:
@@ -191,9 +209,9 @@ def model_of(name: str) -> str:
 def previous_result(args: argparse.Namespace, name: str) -> Result:
     """`name`'s training figures from --out's previous run (`args.again`), its decodings
     cleared: the row of that model, however it decoded then."""
-    for r in previous_run(args.out, args.again)["results"]:
-        if model_of(r["name"]) == name:
-            return Result(**{**r, "decode": {}, "curve": []})
+    for r in previous_run(args.out, args.again).results:
+        if model_of(r.name) == name:
+            return dataclasses.replace(r, decode={}, curve=[])
     raise SystemExit(f"{args.again}: {args.out} holds no {name} run")
 
 
@@ -202,8 +220,7 @@ def kept_rows(results: list[Result], out: Path, flag: str) -> list[Result]:
     run again, as that run left them; a model decoded again another way ("nmt fp32, int8
     decoding" now, "nmt fp32" then) is not kept twice."""
     again = {model_of(r.name) for r in results}
-    rows = previous_run(out, flag)["results"]
-    return [Result(**r) for r in rows if model_of(r["name"]) not in again]
+    return [r for r in previous_run(out, flag).results if model_of(r.name) not in again]
 
 
 @dataclass
