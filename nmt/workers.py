@@ -37,6 +37,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -75,16 +76,42 @@ def pool(job: Callable[[Any], Any], workers: int) -> Iterator[Callable[[Iterable
     threads = max(1, torch.get_num_threads() // workers)
     context = multiprocessing.get_context("fork")
     started = (job, threads, os.getpid())
-    # Forked with these signals blocked, a worker cannot run the parent's handlers before
-    # `_start` sets its own; one that arrives meanwhile waits for that (and the pool's threads,
-    # started here too, leave them to the main thread)
+    with contextlib.ExitStack() as owned:
+        with _held():  # until leaving `owned` ends the workers, whatever comes
+            processes = context.Pool(workers, initializer=_start, initargs=started)
+            owned.enter_context(processes)
+        yield lambda items: map(pickle.loads, processes.imap(_run, items))
+
+
+@contextlib.contextmanager
+def _held() -> Iterator[None]:
+    """SIGINT and SIGTERM held while the pool forks, then given to their handlers.
+
+    Blocked, so that a worker, forked with them blocked, cannot run the parent's handlers
+    before `_start` sets its own (one that arrives meanwhile waits for that; the pool's
+    threads, started in the fork's call too, keep them blocked). And the parent's Python
+    handlers recorded meanwhile, not run: blocking keeps a signal from this thread only, and
+    the kernel gives it to any thread that does not block it (torch's OpenMP threads), after
+    which Python would raise Ctrl-C's KeyboardInterrupt in the middle of the fork, before
+    anything owns the workers forked so far: they outlived the interrupt until garbage
+    collection. Recorded, a signal is raised again on leaving, where the pool is in hand."""
+    caught: list[int] = []
+    handlers: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():  # the thread Python's run in
+        handlers = {s: h for s in _OWN_SIGNALS if callable(h := signal.getsignal(s))}
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _OWN_SIGNALS)
     try:
-        processes = context.Pool(workers, initializer=_start, initargs=started)
+        for s in handlers:
+            signal.signal(s, lambda signum, _: caught.append(signum))
+        yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-    with processes:
-        yield lambda items: map(pickle.loads, processes.imap(_run, items))
+        try:
+            for s, handler in handlers.items():
+                signal.signal(s, handler)
+            for s in caught:  # pending (blocked here) until the mask is put back
+                signal.raise_signal(s)
+        finally:  # even where another thread's signal is raised here
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _start(job: Callable[[Any], Any], threads: int, parent: int) -> None:

@@ -126,19 +126,62 @@ with workers.pool(abs, 2):
 def test_a_worker_still_starting_ends_by_sigterm_not_by_the_parents_handler():
     """The window before `_start` (a worker forked with the parent's handler that had not yet
     set its own): the suite hung there in CI, the parent joining a worker that ran the handler."""
+    ran = _alone([_SLOW_START], hung="leaving the pool hung on a worker that was still starting")
+    assert ran.returncode == 0 and ran.stderr == ""
+
+
+def _alone(args: list[str], *, hung: str) -> subprocess.CompletedProcess[str]:
+    """`python -c args...` in a session of its own, killed with its workers and failing the
+    test (`hung`) after 60 s, so that a hang fails the test instead of holding the suite."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_START],
+        [sys.executable, "-c", *args],
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
     try:
-        _, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        pytest.fail("leaving the pool hung on a worker that was still starting")
-    assert proc.returncode == 0 and err == ""
+        pytest.fail(hung)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+# A program interrupted (SIGINT, as Ctrl-C) while its pool is forking its workers, whose
+# exception it keeps (so its frames, and any pool they hold, stay alive: no garbage collection
+# ends the workers): it prints how many of its workers are still running. With `thread`, a
+# thread of its own that does not block the signal takes it (the kernel gives a process's
+# signal to any thread that does not block it: torch's OpenMP threads, say), so Python raises
+# it in the middle of the fork; without, it waits, blocked, for the pool's call to unblock it.
+_INTERRUPTED_FORK = """
+import multiprocessing, multiprocessing.pool, os, signal, sys, threading, time
+from nmt import workers
+if sys.argv[1] == "thread":
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+repopulate = multiprocessing.pool.Pool._repopulate_pool
+def interrupted(self):
+    repopulate(self)  # the workers forked
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)  # a thread that took it has run Python's handler by now
+multiprocessing.pool.Pool._repopulate_pool = interrupted
+try:
+    with workers.pool(abs, 2):
+        sys.exit("the pool's block ran")
+except KeyboardInterrupt as e:
+    kept = e
+    print(len(multiprocessing.active_children()))
+"""
+
+
+@pytest.mark.parametrize("thread", ["thread", "no thread"])
+def test_ctrl_c_while_the_pool_forks_ends_its_workers(thread):
+    """Ctrl-C during the pool's fork is raised only once the pool is in hand, so leaving ends
+    the workers as it does after: before, the pool (or its half-built workers) outlived the
+    interrupt until garbage collection."""
+    ran = _alone([_INTERRUPTED_FORK, thread], hung="the interrupted pool hung")
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "0\n", "")
 
 
 @pytest.mark.parametrize("n, device, message", [(0, "cpu", "at least 1"), (2, "cuda", "CPU")])
