@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from nmt.config import DEVICES, is_device_name
 from nmt.errors import NmtError
+from nmt.signals import STOP
 
 Precision = Literal["fp32", "bf16", "fp16"]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -292,7 +293,7 @@ class StopSignals:
     Handlers can only be set in the main thread; elsewhere this does nothing.
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = STOP
 
     def __init__(self, log: Callable[[str], None] = print) -> None:
         self.received: int | None = None

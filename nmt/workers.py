@@ -21,8 +21,9 @@ multiprocessing way, each would hold a shared-memory file open in the parent as 
 lives, a thousand translations a thousand files. Ctrl-C is the parent's: workers ignore it,
 and leaving the `pool` block ends them (by SIGTERM, to which they take the default action,
 whatever handler the parent has: forked with both signals blocked, a worker never runs the
-parent's handlers); a parent killed outright takes them with it (Linux),
-where they would otherwise write into a closed pipe and print its traceback.
+parent's handlers); a Ctrl-C while they are being forked is raised once the block owns them
+(`nmt.signals.held`); a parent killed outright takes them with it (Linux), where they would
+otherwise write into a closed pipe and print its traceback.
 
 CPU only: CUDA does not survive a fork, and a GPU's kernels are not the bottleneck.
 """
@@ -37,12 +38,12 @@ import os
 import pickle
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
+from nmt import signals
 from nmt.errors import NmtError
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -50,9 +51,6 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # A worker's job, set in it by `_start` before its first task: inherited through the fork, it
 # is never pickled (a closure over the parent's translator and sentences).
 _job: Callable[[Any], Any] | None = None
-
-# The signals a worker answers in its own way (`_start`), not with its parent's handlers.
-_OWN_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def check_workers(workers: int, device: torch.device) -> None:
@@ -77,41 +75,12 @@ def pool(job: Callable[[Any], Any], workers: int) -> Iterator[Callable[[Iterable
     context = multiprocessing.get_context("fork")
     started = (job, threads, os.getpid())
     with contextlib.ExitStack() as owned:
-        with _held():  # until leaving `owned` ends the workers, whatever comes
+        # forked with SIGINT and SIGTERM blocked (`_start` unblocks them), and the parent's
+        # handlers held until leaving `owned` ends the workers, whatever comes
+        with signals.held(block=True):
             processes = context.Pool(workers, initializer=_start, initargs=started)
             owned.enter_context(processes)
         yield lambda items: map(pickle.loads, processes.imap(_run, items))
-
-
-@contextlib.contextmanager
-def _held() -> Iterator[None]:
-    """SIGINT and SIGTERM held while the pool forks, then given to their handlers.
-
-    Blocked, so that a worker, forked with them blocked, cannot run the parent's handlers
-    before `_start` sets its own (one that arrives meanwhile waits for that; the pool's
-    threads, started in the fork's call too, keep them blocked). And the parent's Python
-    handlers recorded meanwhile, not run: blocking keeps a signal from this thread only, and
-    the kernel gives it to any thread that does not block it (torch's OpenMP threads), after
-    which Python would raise Ctrl-C's KeyboardInterrupt in the middle of the fork, before
-    anything owns the workers forked so far: they outlived the interrupt until garbage
-    collection. Recorded, a signal is raised again on leaving, where the pool is in hand."""
-    caught: list[int] = []
-    handlers: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():  # the thread Python's run in
-        handlers = {s: h for s in _OWN_SIGNALS if callable(h := signal.getsignal(s))}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _OWN_SIGNALS)
-    try:
-        for s in handlers:
-            signal.signal(s, lambda signum, _: caught.append(signum))
-        yield
-    finally:
-        try:
-            for s, handler in handlers.items():
-                signal.signal(s, handler)
-            for s in caught:  # pending (blocked here) until the mask is put back
-                signal.raise_signal(s)
-        finally:  # even where another thread's signal is raised here
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _start(job: Callable[[Any], Any], threads: int, parent: int) -> None:
@@ -121,7 +90,7 @@ def _start(job: Callable[[Any], Any], threads: int, parent: int) -> None:
     # (one that exits at once, raising SystemExit in a worker blocked on the task queue's lock,
     # left it alive and the parent waiting for it forever)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _OWN_SIGNALS)  # blocked by `pool` for the fork
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.STOP)  # blocked by `pool` for the fork
     if sys.platform.startswith("linux"):  # killed when the parent dies (prctl PR_SET_PDEATHSIG)
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it died before that

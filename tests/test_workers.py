@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from children import run_alone
 from test_cli import runner
 
 from nmt import workers
@@ -126,27 +127,8 @@ with workers.pool(abs, 2):
 def test_a_worker_still_starting_ends_by_sigterm_not_by_the_parents_handler():
     """The window before `_start` (a worker forked with the parent's handler that had not yet
     set its own): the suite hung there in CI, the parent joining a worker that ran the handler."""
-    ran = _alone([_SLOW_START], hung="leaving the pool hung on a worker that was still starting")
+    ran = run_alone([_SLOW_START], hung="leaving the pool hung on a worker that was still starting")
     assert ran.returncode == 0 and ran.stderr == ""
-
-
-def _alone(args: list[str], *, hung: str) -> subprocess.CompletedProcess[str]:
-    """`python -c args...` in a session of its own, killed with its workers and failing the
-    test (`hung`) after 60 s, so that a hang fails the test instead of holding the suite."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(hung)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 # A program interrupted (SIGINT, as Ctrl-C) while its pool is forking its workers, whose
@@ -180,7 +162,7 @@ def test_ctrl_c_while_the_pool_forks_ends_its_workers(thread):
     """Ctrl-C during the pool's fork is raised only once the pool is in hand, so leaving ends
     the workers as it does after: before, the pool (or its half-built workers) outlived the
     interrupt until garbage collection."""
-    ran = _alone([_INTERRUPTED_FORK, thread], hung="the interrupted pool hung")
+    ran = run_alone([_INTERRUPTED_FORK, thread], hung="the interrupted pool hung")
     assert (ran.returncode, ran.stdout, ran.stderr) == (0, "0\n", "")
 
 

@@ -6,6 +6,7 @@ and the data (one sentencepiece model for all, test BLEU as `nmt eval` computes 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -22,7 +23,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-from nmt import evaluate
+from nmt import evaluate, signals
 from peers.limit import Limit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,21 +64,25 @@ def run(cmd: list[str], *, log: Path, env: dict[str, str] | None = None, minutes
     set in bytes of the process (and of its children it waited for). It runs in its own
     session (Ctrl-C reaches it only through this loop), so if this script stops first (Ctrl-C,
     SIGTERM, an error) its whole process group is killed: no training left running."""
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        try:
-            status, usage, interrupted_at = _wait(proc.pid, minutes)
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
+    with log.open("w") as out, contextlib.ExitStack() as owned:
+        with signals.held(block=False):  # a Ctrl-C while it starts: raised once it is owned
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+            owned.push(lambda *exc: _killed(proc) if exc[0] else None)
+        status, usage, interrupted_at = _wait(proc.pid, minutes)
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0 and interrupted_at is None:
         tail = log.read_text(errors="replace")[-2000:]
         raise SystemExit(f"{' '.join(cmd[:3])} ... failed ({proc.returncode}); {log}:\n{tail}")
     return usage.ru_maxrss * 1024
+
+
+def _killed(proc: subprocess.Popen) -> None:
+    """`proc`'s whole process group killed (what is left of it), and `proc` waited for."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _wait(pid: int, minutes: float) -> tuple[int, Any, float | None]:
