@@ -1,6 +1,6 @@
 """Ctrl-C (SIGINT) and SIGTERM held while something is started that must be owned before
-either is handled: decoding's worker processes (`nmt.workers.pool`), a benchmark's child
-process (scripts/peers/common.py).
+either is handled: decoding's worker processes (`nmt.workers.pool`), a benchmark's peer
+training (scripts/peers/common.py).
 
 Why: Python runs a signal's handler in the main thread between two bytecodes, wherever that
 thread is. Ctrl-C's KeyboardInterrupt can so be raised inside the call that starts the
@@ -32,7 +32,7 @@ def held(*, block: bool) -> Iterator[None]:
     `block` also blocks both signals in this thread for the block: what it forks inherits the
     mask (`nmt.workers` unblocks it in each worker once the worker's own actions are set), so
     a forked process never runs this process's handlers. Not for a program started by exec
-    (subprocess): it would keep the mask, deaf to Ctrl-C."""
+    (a peer's training): it would keep the mask, deaf to Ctrl-C."""
     caught: list[int] = []
     handlers: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
