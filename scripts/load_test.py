@@ -30,6 +30,8 @@ from pathlib import Path
 
 import httpx
 
+from nmt import signals
+
 ROOT = Path(__file__).resolve().parents[1]
 URL_LINE = re.compile(r"^nmt serve: (http://\S+) ")
 DEFAULT_SENTENCES = ROOT.parent / "shared" / "data" / "multi30k" / "val.en"
@@ -47,13 +49,15 @@ def running_server(model: str, *args: str, timeout: float = 120) -> Iterator[Ser
     """`nmt serve` on a free localhost port, once /health answers; stopped with SIGTERM
     afterwards, and checked to have exited cleanly."""
     cmd = [sys.executable, "-m", "nmt", "serve", "-m", model, "--port", "0"]
-    proc = subprocess.Popen(
-        [*cmd, "--log-level", "warning", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with contextlib.ExitStack() as owned:
+        with signals.held(block=False):  # a Ctrl-C while it starts: raised once it is owned
+            proc = subprocess.Popen(
+                [*cmd, "--log-level", "warning", *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            owned.callback(_ended, proc)
         assert proc.stdout is not None
         line = proc.stdout.readline()
         match = URL_LINE.match(line)
@@ -75,9 +79,12 @@ def running_server(model: str, *args: str, timeout: float = 120) -> Iterator[Ser
         served.stderr_text = proc.communicate(timeout=60)[1]
         if proc.returncode != 0:
             raise RuntimeError(f"nmt serve exited with {proc.returncode}: {served.stderr_text}")
-    finally:
-        proc.kill()
-        proc.wait()
+
+
+def _ended(proc: subprocess.Popen[str]) -> None:
+    """`proc` killed (if still there) and waited for."""
+    proc.kill()
+    proc.wait()
 
 
 @dataclass

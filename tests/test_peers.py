@@ -17,7 +17,7 @@ from dataclasses import asdict
 
 import pytest
 import torch
-from children import run_alone
+from children import interrupted_start
 from train_setup import ROOT, tiny
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -448,47 +448,14 @@ def test_a_stream_gets_the_run_once(tmp_path, monkeypatch, capsys):
     assert "before the decodings" not in capsys.readouterr().out
 
 
-# A program that runs a child (`sleep 30`) through peers.common.run and gets Ctrl-C (SIGINT)
-# either while the child starts (`subprocess.Popen` made to take it before it returns) or
-# while the child runs (in `_wait`), keeps the KeyboardInterrupt, and prints whether the child
-# is still there (then kills it). The child runs in a session of its own: only `run` ends it.
-_INTERRUPTED_RUN = """
-import os, signal, subprocess, sys, time
-from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-from peers import common
-started = []
-def interrupt():
-    os.kill(os.getpid(), signal.SIGINT)
-    time.sleep(0.5)  # Python's handler has run by now
-class Starting(subprocess.Popen):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        started.append(self.pid)
-        if sys.argv[3] == "while it starts":
-            interrupt()
-subprocess.Popen = Starting
-if sys.argv[3] == "while it runs":
-    common._wait = lambda *_: interrupt()
-try:
-    common.run(["sleep", "30"], log=Path(sys.argv[2]))
-except KeyboardInterrupt as e:
-    kept = e
-    try:
-        os.kill(started[0], 0)
-    except ProcessLookupError:
-        print("ended")
-    else:
-        print("left running")
-        os.kill(started[0], signal.SIGKILL)
-"""
-
-
 @pytest.mark.parametrize("when", ["while it starts", "while it runs"])
 def test_ctrl_c_ends_the_peer_a_run_started(tmp_path, when):
     """A training `run` started (OpenNMT-py's, in a session of its own so that Ctrl-C reaches
     it only through `run`) ends with the script, however early the Ctrl-C: one while it
     started used to leave it running, competing with whatever ran next."""
-    args = [_INTERRUPTED_RUN, str(ROOT / "scripts"), str(tmp_path / "log"), when]
-    ran = run_alone(args, hung="the interrupted run hung")
-    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "ended\n", "")
+    code = (
+        "from pathlib import Path\nfrom peers import common\n"
+        + ("common._wait = interrupt\n" if when == "while it runs" else "")
+        + f"common.run(['sleep', '30'], log=Path({str(tmp_path / 'log')!r}))\n"
+    )
+    assert interrupted_start(str(ROOT / "scripts"), code, when) == "ended\n"

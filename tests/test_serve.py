@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from children import interrupted_start
 
 from nmt.translate import Translator
 
@@ -226,3 +227,13 @@ def test_a_decoding_failure_fails_its_request_not_the_server(tiny_run):
         r = client.post("/translate", json={"text": "a dog"})
         assert r.status_code == 200 and r.json()["translations"][0]["text"]
         assert client.get("/health").json()["errors"] == 1
+
+
+def test_ctrl_c_while_the_server_starts_ends_it(tiny_run):
+    """`running_server` (the load test's and these tests' server) ends the server it started
+    however early a Ctrl-C comes: one while Popen returned used to leave it serving."""
+    code = (
+        "from load_test import running_server\n"
+        f"with running_server({str(tiny_run.run_dir)!r}, '--device', 'cpu'):\n    pass\n"
+    )
+    assert interrupted_start(str(ROOT / "scripts"), code, "while it starts") == "ended\n"
