@@ -1,6 +1,6 @@
 """Ctrl-C (SIGINT) and SIGTERM held while something is started that must be owned before
 either is handled: decoding's worker processes (`nmt.workers.pool`), a benchmark's peer
-training (scripts/peers/common.py).
+training (scripts/peers/common.py), the load test's server (scripts/load_test.py).
 
 Why: Python runs a signal's handler in the main thread between two bytecodes, wherever that
 thread is. Ctrl-C's KeyboardInterrupt can so be raised inside the call that starts the
