@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from nmt import signals
 from nmt.batching import collate
 from nmt.checkpoint import save_checkpoint
 from nmt.config import DATA_DIR_ENV, Config, load_config
@@ -55,19 +56,20 @@ def _in_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-# The handlers a program installs (scripts' mains, `nmt serve`, training's `StopSignals`) and
-# processes inherit: one left in the suite's process by a test was inherited by the forked
-# workers of the tests after it, and made one hang until CI's limit.
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The handlers a program installs for `signals.STOP` (scripts' mains, `nmt serve`, training's
+# `StopSignals`) and processes inherit: one left in the suite's process by a test was inherited
+# by the forked workers of the tests after it, and made one hang until CI's limit.
 
 
 @pytest.fixture(autouse=True)
 def _signal_handlers_put_back() -> Iterator[None]:
     """A test that leaves its own SIGINT or SIGTERM handler in the suite's process fails,
     and the suite's handlers are put back for the tests after it."""
-    before = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    before = {sig: signal.getsignal(sig) for sig in signals.STOP}
     yield
-    left = [signal.Signals(sig).name for sig in _SIGNALS if signal.getsignal(sig) != before[sig]]
+    left = [
+        signal.Signals(sig).name for sig in signals.STOP if signal.getsignal(sig) != before[sig]
+    ]
     for sig, handler in before.items():
         signal.signal(sig, handler)
     assert not left, f"the test left a handler of its own for {' and '.join(left)}"
