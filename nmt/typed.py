@@ -74,6 +74,13 @@ def type_name(tp: Any) -> str:
         if len(args) == 2 and args[1] is Ellipsis:
             return f"a list of {type_name(args[0])}"
         return f"a list of {len(args)} " + "/".join(type_name(a) for a in args)
+    if origin is list:
+        return f"a list of {type_name(get_args(tp)[0])}"
+    if origin is dict:
+        values = get_args(tp)[1]
+        return "a mapping" if values is Any else f"a mapping to {type_name(values)}"
+    if tp is Any:
+        return "anything"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
         tp, getattr(tp, "__name__", str(tp))
     )
@@ -129,6 +136,10 @@ class _Checker:
             return _MISSING
         if origin is tuple:
             return self._items(value, tp, path)
+        if origin in (list, dict):
+            return self._container(value, tp, path)
+        if tp is Any:
+            return value
         accepts = _SCALARS.get(tp)
         bool_mixup = isinstance(value, bool) and tp is not bool
         if accepts is not None and isinstance(value, accepts) and not bool_mixup:
@@ -160,6 +171,20 @@ class _Checker:
             for i, (v, t) in enumerate(zip(value, item_types, strict=True))
         ]
         return _MISSING if any(i is _MISSING for i in items) else tuple(items)
+
+    def _container(self, value: Any, tp: Any, path: str) -> Any:
+        """A list (`list[T]`) or a mapping (`dict[K, V]`), each item checked."""
+        args = get_args(tp)
+        if not isinstance(value, get_origin(tp)):
+            return self._wrong(value, tp, path)
+        if isinstance(value, list):
+            items = [self.coerce(v, args[0], f"{path}[{i}]") for i, v in enumerate(value)]
+            return _MISSING if any(i is _MISSING for i in items) else items
+        pairs = [
+            (self.coerce(k, args[0], path), self.coerce(v, args[1], f"{path}.{k}"))
+            for k, v in value.items()
+        ]
+        return _MISSING if any(k is _MISSING or v is _MISSING for k, v in pairs) else dict(pairs)
 
     def build(self, cls: type, raw: Any, path: str) -> Any:
         """Dataclass `cls` from a mapping; a key with a problem keeps its default."""

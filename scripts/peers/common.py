@@ -23,7 +23,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-from nmt import evaluate, signals
+from nmt import evaluate, signals, typed
 from peers.limit import Limit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,13 +197,26 @@ def previous_run(out: Path, flag: str) -> PreviousRun:
         raise SystemExit(f"{damaged} ({e})") from None
     if not isinstance(run, dict) or not {"results", "limits"} <= run.keys():
         raise SystemExit(f"{damaged} (no results, limits)")
-    try:
+    if not isinstance(run["results"], list) or not isinstance(run["limits"], dict):
+        raise SystemExit(f"{damaged} (results not a list, or limits not a mapping)")
+    try:  # each field's type checked as a config's are (`nmt.typed.build`)
         return PreviousRun(
-            [Result(**r) for r in run["results"]],
-            {key: Limit(**d) for key, d in run["limits"].items()},
+            [_typed(Result, r, f"results[{i}]") for i, r in enumerate(run["results"])],
+            {key: _typed(Limit, d, f"limits.{key}") for key, d in run["limits"].items()},
         )
-    except (TypeError, AttributeError) as e:  # a row or limit not a mapping of the fields
+    except ValueError as e:
         raise SystemExit(f"{damaged} ({e})") from None
+
+
+def _typed(cls: type, raw: Any, where: str) -> Any:
+    """Dataclass `cls` from `raw`, a ValueError naming `where` and the first problem found."""
+    try:
+        built, problems = typed.build(cls, raw)
+    except TypeError as e:  # a field without a default missing
+        raise ValueError(f"{where}: {e}") from None
+    if problems:
+        raise ValueError(f"{where}: {problems[0]}")
+    return built
 
 
 def model_of(name: str) -> str:
