@@ -199,8 +199,11 @@ def plot(results: list[Result], path: Path, minutes: float) -> None:
 
 def _arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--minutes", type=argtypes.minutes, default=4.0, help="training time of each")
-    ap.add_argument(
+    budget = ap.add_mutually_exclusive_group()  # a time or a number of updates, not both
+    budget.add_argument(
+        "--minutes", type=argtypes.minutes, default=4.0, help="training time of each"
+    )
+    budget.add_argument(
         "--updates",
         type=argtypes.whole(1),
         default=0,

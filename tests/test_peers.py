@@ -231,6 +231,13 @@ _LIMIT |= {"products": 1, "passes": [1.0, 2.0]}
         {"limits": {"fp32": {k: v for k, v in _LIMIT.items() if k != "gflops"}}, "results": []},
         {"limits": {}, "results": [{"tokens_per_s": 1.0}]},
         {"limits": {}, "results": ["nmt fp32"]},
+        {"limits": {}, "results": {}},
+        {"limits": {}, "results": [{"name": ["nmt fp32"]}]},
+        {"limits": {}, "results": [{"name": "nmt fp32", "tokens_per_s": "fast"}]},
+        {"limits": {}, "results": [{"name": "nmt fp32", "windows": [1.0, None]}]},
+        {"limits": {}, "results": [{"name": "nmt fp32", "decode": {"greedy": 3}}]},
+        {"limits": {"fp32": {**_LIMIT, "passes": ["fast"]}}, "results": []},
+        {"limits": {"fp32": {**_LIMIT, "gflops": None}}, "results": []},
     ],
     ids=[
         "unknown field",
@@ -239,6 +246,13 @@ _LIMIT |= {"products": 1, "passes": [1.0, 2.0]}
         "a field missing",
         "no name",
         "a string",
+        "results a mapping",
+        "a name not text",
+        "a speed not a number",
+        "a window not a number",
+        "a decoding not a mapping",
+        "a pass not a number",
+        "a rate null",
     ],
 )
 def test_a_damaged_previous_run_is_one_line_for_each_reader(tmp_path, run):
@@ -335,9 +349,11 @@ def test_decodings_run_in_turns_and_fill_their_rows(tmp_path, monkeypatch):
     [
         (["--int8", "--decode-precision", "bf16"], "--int8 and --decode-precision:"),
         (["--decode-precision", "fp16"], "--decode-precision: invalid choice: 'fp16'"),
+        (["--minutes", "4", "--updates", "10"], "--updates: not allowed with argument --minutes"),
+        (["--redecode", "--redecode-onmt"], "--redecode-onmt: not allowed with argument"),
     ],
 )
-def test_compare_peers_refuses_contradicting_decoding_options(tmp_path, args, says):
+def test_compare_peers_refuses_contradicting_options(tmp_path, args, says):
     (tmp_path / "train.en").write_text("a\n")
     proc = subprocess.run(
         [sys.executable, "scripts/compare_peers.py", "--data", str(tmp_path), *args],

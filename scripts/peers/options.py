@@ -14,13 +14,14 @@ from nmt.runtime import cpu_has_bf16_matmul
 
 def decoding_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of how the rows decode and whether they train first."""
-    ap.add_argument(
+    again = ap.add_mutually_exclusive_group()  # OpenNMT-py's models again, or every row's
+    again.add_argument(
         "--redecode-onmt",
         action="store_true",
         help="decode OpenNMT-py's checkpoints of the previous run again (no training); the "
         "other rows are kept from --out",
     )
-    ap.add_argument(
+    again.add_argument(
         "--redecode",
         action="store_true",
         help="decode every asked-for row's model of the previous run again (no training); "
