@@ -84,8 +84,9 @@ WorkersOpt = Annotated[
     int,
     typer.Option(
         "--workers",
-        help="CPU: decode the batches in N processes of (threads / N) threads each; faster "
-        "for files on small machines, greedy search above all (nmt.workers).",
+        help="CPU: decode the batches in N processes of (threads / N) threads each, N at most "
+        "the machine's cores; faster for files on small machines, greedy search above all "
+        "(nmt.workers).",
         metavar="N",
     ),
 ]

@@ -53,14 +53,18 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _job: Callable[[Any], Any] | None = None
 
 
-def check_workers(workers: int, device: torch.device) -> None:
-    """The one check of a worker count, for every way in."""
+def check_workers(workers: int, device: torch.device, flag: str = "--workers") -> None:
+    """The one check of a worker count, for every way in (`flag`: the option that gave it)."""
+    said = f"{flag} {workers}"
     if workers < 1:
-        raise NmtError(f"--workers {workers}: expected at least 1")
+        raise NmtError(f"{said}: expected at least 1")
+    cores = os.cpu_count() or 1  # more processes than cores only share them (and memory)
+    if workers > cores:
+        raise NmtError(f"{said}: this machine has {cores} CPU cores; expected at most {cores}")
     if workers > 1 and device.type != "cpu":
-        raise NmtError(f"--workers {workers}: worker processes decode on the CPU only")
+        raise NmtError(f"{said}: worker processes decode on the CPU only")
     if workers > 1 and "fork" not in multiprocessing.get_all_start_methods():
-        raise NmtError(f"--workers {workers}: this system cannot fork worker processes")
+        raise NmtError(f"{said}: this system cannot fork worker processes")
 
 
 @contextlib.contextmanager

@@ -351,6 +351,7 @@ def test_decodings_run_in_turns_and_fill_their_rows(tmp_path, monkeypatch):
         (["--decode-precision", "fp16"], "--decode-precision: invalid choice: 'fp16'"),
         (["--minutes", "4", "--updates", "10"], "--updates: not allowed with argument --minutes"),
         (["--redecode", "--redecode-onmt"], "--redecode-onmt: not allowed with argument"),
+        (["--decode-workers", str((os.cpu_count() or 1) + 1)], "CPU cores; expected at most"),
     ],
 )
 def test_compare_peers_refuses_contradicting_options(tmp_path, args, says):

@@ -166,7 +166,10 @@ def test_ctrl_c_while_the_pool_forks_ends_its_workers(thread):
     assert (ran.returncode, ran.stdout, ran.stderr) == (0, "0\n", "")
 
 
-@pytest.mark.parametrize("n, device, message", [(0, "cpu", "at least 1"), (2, "cuda", "CPU")])
+@pytest.mark.parametrize(
+    "n, device, message",
+    [(0, "cpu", "at least 1"), (2, "cuda", "CPU"), ((os.cpu_count() or 1) + 1, "cpu", "at most")],
+)
 def test_bad_worker_counts_are_refused(n, device, message):
     with pytest.raises(NmtError, match=f"--workers {n}: .*{message}"):
         workers.check_workers(n, torch.device(device))

@@ -9,7 +9,9 @@ import argparse
 import argtypes
 import torch
 
+from nmt.errors import NmtError
 from nmt.runtime import cpu_has_bf16_matmul
+from nmt.workers import check_workers
 
 
 def decoding_arguments(ap: argparse.ArgumentParser) -> None:
@@ -67,3 +69,7 @@ def check_decoding(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         ap.error("--decode-precision bf16: this CPU has no bf16 matrix units (AVX512-BF16, AMX)")
     if args.decode_workers > 1 and gpu:
         ap.error("--decode-workers: worker processes decode on CPUs; this machine has a GPU")
+    try:  # nmt translate's own check of the count (this machine's cores)
+        check_workers(args.decode_workers, torch.device("cpu"), "--decode-workers")
+    except NmtError as e:
+        ap.error(str(e))
