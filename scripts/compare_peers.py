@@ -85,12 +85,10 @@ from peers.common import (  # noqa: E402
     sh,
 )
 from peers.limit import Limit, Timings, cpu_flags, cpu_name, limit_key, timed_pass  # noqa: E402
-from peers.options import check_decoding, decoding_arguments  # noqa: E402
+from peers.options import check_decoding, check_files, decoding_arguments, nmt_config  # noqa: E402
 
-from nmt.config import load_config  # noqa: E402
 from nmt.display import save_figure  # noqa: E402
-from nmt.errors import NmtError  # noqa: E402
-from nmt.files import check_output, write_output  # noqa: E402
+from nmt.files import write_output  # noqa: E402
 from nmt.run_dir import OWNER_MARK  # noqa: E402
 from nmt.runtime import cpu_has_bf16_matmul  # noqa: E402
 
@@ -136,7 +134,7 @@ def limit_pass(args: argparse.Namespace, only: set[str], timings: dict[str, Timi
     and after each toolkit's rows: one pass in a slow spell of a shared CPU gave half the bf16
     limit. On the CPU fp32 (the peers' rows too), and bf16 where the CPU has bf16 units; on a
     GPU, where nmt's rows train, each precision asked for (`--only nmt-fp16` ...)."""
-    cfg = load_config(args.nmt_config, [f"data.dir={args.data}", *args.nmt_set])
+    cfg = nmt_config(args)
     gpu_here = torch.cuda.is_available()
     cpu = ["fp32"] + (["bf16"] if cpu_has_bf16_matmul() and not gpu_here else [])
     wanted = [(torch.device("cpu"), p) for p in cpu]
@@ -247,15 +245,7 @@ def _arguments() -> argparse.Namespace:
         ap.error(
             f"--only: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(known)}"
         )
-    # what the run reads: an output written over one of them would lose it
-    inputs = [(args.nmt_config, "--nmt-config"), (CONFIG, "the reference config")]
-    inputs += [(f, "--data") for f in sorted(args.data.iterdir()) if f.is_file()]
-    try:  # before an hour of training, not after it
-        check_output(args.out, "--out", inputs)
-        if args.plot:
-            check_output(args.plot, "--plot", [*inputs, (args.out, "--out")])
-    except NmtError as e:
-        ap.error(str(e))
+    check_files(ap, args)
     return args
 
 
@@ -324,7 +314,6 @@ def main() -> None:
     args = _arguments()
     # SIGTERM (a timeout, kill) as an exception: the training under way is killed with us
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("compare_peers.py: terminated"))
-    args.work.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(","))
     if args.updates:
         args.minutes = 0.0  # every adapter reads 0 as "no time budget"

@@ -366,6 +366,31 @@ def test_compare_peers_refuses_contradicting_options(tmp_path, args, says):
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
 
 
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--work", "train.en"], "train.en: not a folder"),
+        (["--work", "/proc/nmt-work"], "/proc/nmt-work: cannot make it a folder"),
+        (["--nmt-config", "train.en"], "train.en: expected a mapping"),
+        (["--nmt-config", "nope.yaml"], "nope.yaml: file not found"),
+        (["--nmt-set", "model.nope=3"], "model.nope: unknown key"),
+    ],
+)
+def test_compare_peers_refuses_bad_paths_and_configs_before_running(tmp_path, args, says):
+    """Before an hour of training, not after it, and in one line."""
+    (tmp_path / "train.en").write_text("a\n")
+    args = [str(tmp_path / a) if a in ("train.en", "nope.yaml") else a for a in args]
+    proc = subprocess.run(
+        [sys.executable, "scripts/compare_peers.py", "--data", str(tmp_path), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
 # What the row had decoded at each pass of the limit's timings (`_one_fake_row`)
 passes: list[dict] = []
 

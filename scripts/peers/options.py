@@ -1,6 +1,6 @@
 """compare_peers.py's options of how the rows decode (`--int8`, `--decode-precision`,
 `--decode-workers`, ...) and whether they train first (`--redecode`), and the check that
-they fit together and this machine."""
+they fit together and this machine; the check of the files it reads and writes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import argparse
 import argtypes
 import torch
 
+from nmt.config import Config, load_config
 from nmt.errors import NmtError
+from nmt.files import check_output
 from nmt.runtime import cpu_has_bf16_matmul
 from nmt.workers import check_workers
+from peers.common import CONFIG
 
 
 def decoding_arguments(ap: argparse.ArgumentParser) -> None:
@@ -73,3 +76,30 @@ def check_decoding(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         check_workers(args.decode_workers, torch.device("cpu"), "--decode-workers")
     except NmtError as e:
         ap.error(str(e))
+
+
+def check_files(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """One `ap.error` (a line, exit 2) where --out or --plot would be written over what the
+    run reads, --nmt-config or --nmt-set is not a config, or --work cannot be a folder: before
+    an hour of training, not after it. Makes --work."""
+    # what the run reads: an output written over one of them would lose it
+    inputs = [(args.nmt_config, "--nmt-config"), (CONFIG, "the reference config")]
+    inputs += [(f, "--data") for f in sorted(args.data.iterdir()) if f.is_file()]
+    try:
+        check_output(args.out, "--out", inputs)
+        if args.plot:
+            check_output(args.plot, "--plot", [*inputs, (args.out, "--out")])
+        nmt_config(args)  # as every nmt row and the limit read it
+    except NmtError as e:
+        ap.error(str(e))
+    if args.work.exists() and not args.work.is_dir():
+        ap.error(f"--work {args.work}: not a folder; expected one the script may fill")
+    try:
+        args.work.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        ap.error(f"--work {args.work}: cannot make it a folder ({e.strerror})")
+
+
+def nmt_config(args: argparse.Namespace) -> Config:
+    """The config nmt's rows train (--nmt-config, --nmt-set) on --data."""
+    return load_config(args.nmt_config, [f"data.dir={args.data}", *args.nmt_set])
