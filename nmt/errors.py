@@ -1,5 +1,11 @@
-"""The exception type for mistakes a user can fix (the CLI prints it as one line), and its one
-kind that each way in words its own way. Standard library only: the CLI imports it."""
+"""The exception type for mistakes a user can fix (the CLI prints it as one line), its one
+kind that each way in words its own way, and the scripts' way of printing it (`one_line`).
+Standard library only: the CLI imports it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 
 class NmtError(Exception):
@@ -14,3 +20,14 @@ class DecodeArgumentError(NmtError, ValueError):
     def __init__(self, argument: str, value: int, expected: str) -> None:
         self.argument, self.value, self.expected = argument, value, expected
         super().__init__(f"{argument} {value}: expected {expected}")
+
+
+@contextlib.contextmanager
+def one_line() -> Iterator[None]:
+    """For a script's `main` (`scripts/`): an `NmtError`, or an `OSError` from a file read
+    or written outside `nmt.files`, raised inside ends the program as the CLI's mistakes do,
+    "error: ..." on one line and no traceback (exit status 1)."""
+    try:
+        yield
+    except (NmtError, OSError) as e:
+        raise SystemExit(f"error: {e}") from None

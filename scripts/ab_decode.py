@@ -32,7 +32,7 @@ from pathlib import Path
 from argtypes import whole
 
 from nmt.checkpoint import load_checkpoint
-from nmt.errors import NmtError
+from nmt.errors import NmtError, one_line
 from nmt.files import read_lines
 from nmt.run_dir import resolve_checkpoint
 
@@ -113,12 +113,10 @@ def main() -> None:
     ap.add_argument("--pairs", type=whole(1), default=3, help="A then B, this many times")
     ap.add_argument("--calls", type=whole(1), default=5, help="timed translations a process")
     args = ap.parse_args()
-    try:  # what every process reads, checked once here: one line, no traceback
+    with one_line():  # what every process reads, checked once here
         if not any(line.strip() for line in read_lines(args.src)):
             raise NmtError(f"{args.src}: no sentence to decode (empty or blank lines only)")
         load_checkpoint(resolve_checkpoint(args.checkpoint), mmap=True)
-    except NmtError as e:
-        raise SystemExit(f"error: {e}") from None
     how = "int8" if args.int8 else args.precision
     print(f"{args.src.name}, {how}, beam {args.beam}, {args.workers} worker(s), "
           f"{args.threads} thread(s): medians of {args.calls} calls, s")  # fmt: skip

@@ -20,7 +20,7 @@ from argtypes import whole
 from nmt.checkpoint import load_checkpoint, save_checkpoint
 from nmt.config import apply_data_dir_env, config_from_dict
 from nmt.data import prepare
-from nmt.errors import NmtError
+from nmt.errors import one_line
 from nmt.files import check_output, write_output
 from nmt.shortlist import FREQUENT, PER_SOURCE, build_for
 
@@ -50,7 +50,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
+    with one_line():  # nothing was written
         main()
-    except (NmtError, OSError) as e:  # one line, no traceback; nothing was written
-        raise SystemExit(f"error: {e}") from None

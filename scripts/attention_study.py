@@ -55,14 +55,15 @@ from peers.common import run  # noqa: E402
 
 from nmt.alignment import (  # noqa: E402
     alignment_scores,
-    parse_links,
     sharpness,
     strongest_links,
     word_attention,
 )
 from nmt.batching import collate  # noqa: E402
 from nmt.display import save_figure  # noqa: E402
+from nmt.errors import one_line  # noqa: E402
 from nmt.evaluate import bleu  # noqa: E402
+from nmt.files import check_output, write_output  # noqa: E402
 from nmt.files import read_lines as lines  # noqa: E402
 from nmt.model import Seq2Seq  # noqa: E402
 from nmt.tokenizer import EOS_PIECE  # noqa: E402
@@ -70,6 +71,7 @@ from nmt.translate import Translator  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from names_set import names_copied  # noqa: E402
+from reference_alignment import eflomal_links  # noqa: E402
 
 CONFIG = ROOT / "configs" / "multi30k_en_fr.yaml"  # --config: another base (e.g. tiny, to try)
 TEST = "test_2016_flickr"
@@ -85,35 +87,6 @@ VARIANTS = {  # the attention family: name -> config overrides (global: the conf
     "local_p": ["model.attention_scope=local_p"],
     **{f"heads{h}": [f"model.attention_heads={h}"] for h in (2, 4, 8)},
 }
-
-
-# --------------------------------------------------------------------------- reference alignment
-
-
-def eflomal_links(args: argparse.Namespace) -> tuple[list[set], list[set]]:
-    """Sure (both directions agree) and possible (either direction) links of the test set,
-    from eflomal run on the training corpus with the test set appended (cached)."""
-    out = args.work / "eflomal"
-    fwd, rev = out / "fwd", out / "rev"
-    n_test = len(lines(args.data / f"{TEST}.en"))
-    if not (fwd.is_file() and rev.is_file()):
-        try:
-            import eflomal
-        except ImportError:
-            raise SystemExit(
-                "eflomal is needed for the alignment scores: pip install eflomal"
-            ) from None
-        out.mkdir(parents=True, exist_ok=True)
-        # Words are what whitespace separates (as nmt.alignment merges pieces), lowercased.
-        src = [s.lower() for s in lines(args.data / "train.en") + lines(args.data / f"{TEST}.en")]
-        tgt = [t.lower() for t in lines(args.data / "train.fr") + lines(args.data / f"{TEST}.fr")]
-        print(f"eflomal: aligning {len(src):,} pairs ...", flush=True)
-        eflomal.Aligner(model=3).align(
-            src, tgt, links_filename_fwd=str(fwd), links_filename_rev=str(rev)
-        )
-    f = [parse_links(x) for x in lines(fwd)[-n_test:]]
-    r = [parse_links(x) for x in lines(rev)[-n_test:]]
-    return [a & b for a, b in zip(f, r, strict=True)], [a | b for a, b in zip(f, r, strict=True)]
 
 
 # --------------------------------------------------------------------------- one cell
@@ -361,9 +334,12 @@ def main() -> None:
         help="attention family variants of each cell (global: the config's own attention)",
     )
     args = ap.parse_args()
+    # before hours of training: the outputs can be written, and are not the config
+    check_output(args.out, "--out", [(args.config, "--config")])
+    check_output(args.figure, "--figure", [(args.config, "--config"), (args.out, "--out")])
     args.data, args.work = args.data.resolve(), args.work.resolve()
     (args.work / "cells").mkdir(parents=True, exist_ok=True)
-    sure, possible = eflomal_links(args)
+    sure, possible = eflomal_links(args.data, args.work / "eflomal", TEST)
     cells: dict[str, dict] = {}
     grid = [(d, s, v) for d in DECODERS for s in SCORERS for v in args.variants]
     if args.only:
@@ -390,11 +366,12 @@ def main() -> None:
         )
     print()
     print(table(cells, args.seeds, args.steps))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"steps": args.steps, "seeds": args.seeds, "cells": cells}))
+    record = {"steps": args.steps, "seeds": args.seeds, "cells": cells}
+    write_output(args.out, json.dumps(record).encode("utf-8"))
     figure(cells, first_seed, args.figure)
     print(f"\nwritten: {args.out}, {args.figure}")
 
 
 if __name__ == "__main__":
-    main()
+    with one_line():  # a missing corpus, an output that cannot be written
+        main()

@@ -29,7 +29,7 @@ import torch
 from argtypes import whole, wholes
 
 from nmt.batching import collate
-from nmt.errors import NmtError
+from nmt.errors import one_line
 from nmt.files import read_lines
 from nmt.tokenizer import BOS_ID
 from nmt.translate import Translator
@@ -93,10 +93,8 @@ def main() -> None:
     ap.add_argument("--threads", type=whole(1), default=1)
     ap.add_argument("--rows-of-search", action="store_true", help="count a search's rows too")
     args = ap.parse_args()
-    try:
+    with one_line():  # a checkpoint or file problem
         run(args)
-    except (NmtError, OSError) as e:  # a checkpoint or file problem: one line, no traceback
-        raise SystemExit(f"error: {e}") from None
 
 
 def run(args: argparse.Namespace) -> None:

@@ -39,7 +39,8 @@ import nmt.attention
 import nmt.shortlist
 from nmt import evaluate
 from nmt.ensemble import Ensemble
-from nmt.errors import NmtError
+from nmt.errors import NmtError, one_line
+from nmt.files import read_lines
 from nmt.model import Seq2Seq
 from nmt.translate import Translator
 
@@ -52,8 +53,11 @@ LOADED: dict[str, dict[str, Any]] = {
 }
 
 
-def _tanh_hidden(q: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    return torch.tanh(q + keys), False
+def _tanh_hidden(
+    q: torch.Tensor, keys: torch.Tensor, out: torch.Tensor | None = None, *, decoding: bool = False
+) -> tuple[torch.Tensor, bool]:
+    """`nmt.attention.additive_hidden` as it was before session 14, with its signature."""
+    return torch.add(q, keys, out=out).tanh_(), False
 
 
 @contextlib.contextmanager
@@ -93,22 +97,22 @@ def main() -> None:
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         p.error(f"--variants: unknown {', '.join(unknown)}; expected some of {', '.join(VARIANTS)}")
-    try:
-        _compare(args, names)
-    except (NmtError, OSError, UnicodeDecodeError) as e:  # one line, no traceback
-        raise SystemExit(f"error: {e}") from None
+    with one_line():
+        lines = read_lines(args.src)  # the inputs first: a bad one is told before any loading
+        refs = read_lines(args.ref) if args.ref else None
+        if refs is not None and len(refs) != len(lines):
+            raise NmtError(f"--ref {args.ref}: {len(refs)} lines; --src has {len(lines)}")
+        _compare(args, names, lines, refs)
 
 
-def _compare(args: argparse.Namespace, names: list[str]) -> None:
+def _compare(
+    args: argparse.Namespace, names: list[str], lines: list[str], refs: list[str] | None
+) -> None:
     """Every variant in turn, `args.repeats` times, each beam size: times, BLEU, sameness."""
     tr = Translator.from_checkpoint(args.model, "cpu")
     loaded = {
         n: Translator.from_checkpoint(args.model, "cpu", **LOADED[n]) for n in names if n in LOADED
     }
-    lines = args.src.read_text(encoding="utf-8").splitlines()
-    refs = args.ref.read_text(encoding="utf-8").splitlines() if args.ref else None
-    if refs is not None and len(refs) != len(lines):
-        raise SystemExit(f"--ref {args.ref}: {len(refs)} lines; --src has {len(lines)}")
     print(
         f"{args.model}: {len(lines)} sentences, {torch.get_num_threads()} threads, fp32 "
         "unless the variant says otherwise"

@@ -27,6 +27,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load_test import running_server  # noqa: E402
 
+from nmt.errors import one_line  # noqa: E402
+from nmt.files import check_output, write_output  # noqa: E402
+
 BROWSER = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
 )
@@ -161,6 +164,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("docs/serve_page.png"))
     ap.add_argument("--size", default="900,880", help="window width,height")
     args = ap.parse_args()
+    check_output(args.out, "--out")  # before anything starts
     if BROWSER is None:
         sys.exit("no chromium on PATH: make install-browser")
     width, height = (int(x) for x in args.size.split(","))
@@ -170,9 +174,10 @@ def main() -> None:
             shown = type_into_page(browser, server.url, args.text)
         finally:
             browser.close()
-    args.out.write_bytes(shown["png"])
+    write_output(args.out, shown["png"])
     print(f"{args.out}: {shown['translation']!r}")
 
 
 if __name__ == "__main__":
-    main()
+    with one_line():
+        main()

@@ -31,6 +31,8 @@ from pathlib import Path
 import httpx
 
 from nmt import signals
+from nmt.errors import NmtError, one_line
+from nmt.files import check_output, read_lines, write_output
 
 ROOT = Path(__file__).resolve().parents[1]
 URL_LINE = re.compile(r"^nmt serve: (http://\S+) ")
@@ -232,7 +234,12 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     args = ap.parse_args()
-    sentences = [s for s in args.sentences.read_text(encoding="utf-8").splitlines() if s.strip()]
+    with one_line():  # before any server starts: a bad input or an output that cannot be written
+        sentences = [s for s in read_lines(args.sentences) if s.strip()]
+        if not sentences:
+            raise NmtError(f"--sentences {args.sentences}: no sentence in it")
+        if args.out:
+            check_output(args.out, "--out", [(args.sentences, "--sentences")])
     run = {
         "clients": args.clients,
         "seconds": args.seconds,
@@ -255,10 +262,9 @@ def main() -> None:
             loads.append(asyncio.run(mixed))
     print(table(loads))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         record = {"model": args.model, "sentences": str(args.sentences), **run}
         record["loads"] = [asdict(x) for x in loads]
-        args.out.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        write_output(args.out, (json.dumps(record, indent=2) + "\n").encode("utf-8"))
     if any(x.errors for x in loads):
         sys.exit(1)
 

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import re
-import sys
 from pathlib import Path
 from typing import Any
+
+from nmt.errors import NmtError, one_line
+from nmt.files import check_output, read_lines, write_lines, write_output
 
 NAMES = [
     # Germanic, Nordic
@@ -73,6 +76,7 @@ TEMPLATES = [
     ("{N} bought 2 tickets for the concert.", "{N} a acheté 2 billets pour le concert."),
     ("We are waiting for {N}.", "Nous attendons {N}."),
 ]
+COLUMNS = ("en", "fr", "name", "variant")  # the set's TSV header
 PER_NAME = 4  # templates per name, taken in turn: every name at the start and in the middle
 
 
@@ -84,7 +88,7 @@ def _seen_names(data: Path, names: list[str]) -> set[str]:
     """The `names` that occur in the training corpora, as whole words in any case."""
     texts = [data / "multi30k" / "train.en", data / "multi30k" / "train.fr"]
     texts.append(data / "tatoeba" / "fra-eng.tsv")
-    corpus = "\n".join(p.read_text(encoding="utf-8") for p in texts).lower()
+    corpus = "\n".join("\n".join(read_lines(p)) for p in texts).lower()
     return {n for n in names if _whole(n.lower()).search(corpus)}
 
 
@@ -115,8 +119,20 @@ def copied(name: str, variant: str, hypothesis: str) -> bool:
 
 
 def read_table(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
+    """The set's rows (`write`'s columns), each checked to have them."""
+    table = list(csv.DictReader(read_lines(path), delimiter="\t"))
+    for i, row in enumerate(table, start=2):  # line 1 is the header
+        if any(row.get(column) is None for column in COLUMNS):
+            raise NmtError(f"{path}: line {i}: expected the columns {', '.join(COLUMNS)}")
+    return table
+
+
+def _tsv(table: list[tuple[str, str, str, str]]) -> bytes:
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter="\t", lineterminator="\n")
+    writer.writerow(COLUMNS)
+    writer.writerows(table)
+    return out.getvalue().encode("utf-8")
 
 
 def names_copied(translator: Any, names: Path, *, beam: int) -> float:
@@ -161,33 +177,38 @@ def main() -> None:
     m.add_argument("--beam", type=int, default=5)
     m.add_argument("--hyps", type=Path, help="also write the translations here")
     args = parser.parse_args()
+    with one_line():
+        _command(args)
+
+
+def _command(args: argparse.Namespace) -> None:
     if args.command == "write":
         names = UNTUNED_NAMES if args.untuned else NAMES
         out = args.out or Path("docs/names_untuned.tsv" if args.untuned else "docs/names.tsv")
+        check_output(out, "--out")  # before reading the corpora
         seen = _seen_names(args.data, names)
         table = rows(names, seen)
-        with out.open("w", encoding="utf-8", newline="") as f:
-            writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-            writer.writerow(["en", "fr", "name", "variant"])
-            writer.writerows(table)
+        write_output(out, _tsv(table))
         dropped = ", ".join(sorted(seen)) or "none"
         print(f"{out}: {len(table)} sentences, {len(names) - len(seen)} names "
               f"({len(seen)} dropped, seen in training: {dropped})")  # fmt: skip
         return
     if args.command == "score":
         table = read_table(args.names)
-        hyps = args.hyps.read_text(encoding="utf-8").splitlines()
+        hyps = read_lines(args.hyps)
         if len(hyps) != len(table):
-            sys.exit(f"{args.hyps}: {len(hyps)} lines for {len(table)} sentences")
+            raise NmtError(f"{args.hyps}: {len(hyps)} lines for {len(table)} sentences")
         report(table, hyps)
         return
     from nmt.translate import Translator
 
     table = read_table(args.names)
+    if args.hyps:  # before the model loads
+        check_output(args.hyps, "--hyps", [(args.names, "--names")])
     translator = Translator.from_checkpoint(args.model if len(args.model) > 1 else args.model[0])
     hyps = [t.text for t in translator.translate([r["en"] for r in table], beam=args.beam)]
     if args.hyps:
-        args.hyps.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        write_lines(args.hyps, hyps)
     report(table, hyps)
 
 

@@ -46,7 +46,7 @@ from nmt.batching import collate, epoch_rows
 from nmt.checkpoint import load_checkpoint
 from nmt.config import load_config
 from nmt.data import prepare
-from nmt.errors import NmtError
+from nmt.errors import one_line
 from nmt.runtime import (
     DTYPES,
     configure_device,
@@ -362,7 +362,5 @@ def _profile(step, batches: list, device: torch.device, top: int) -> None:
 
 
 if __name__ == "__main__":
-    try:
+    with one_line():  # a config, checkpoint or data problem
         main()
-    except (NmtError, OSError) as e:  # a config, checkpoint or data problem: one line
-        raise SystemExit(f"error: {e}") from None

@@ -46,7 +46,7 @@ from argtypes import whole  # noqa: E402
 from nmt import onednn  # noqa: E402
 from nmt.batching import collate  # noqa: E402
 from nmt.config import Config, load_config  # noqa: E402
-from nmt.errors import NmtError  # noqa: E402
+from nmt.errors import one_line  # noqa: E402
 from nmt.model import build_model  # noqa: E402
 from nmt.runtime import DTYPES, configure_device, cpuinfo  # noqa: E402
 from nmt.step import token_loss  # noqa: E402
@@ -294,10 +294,8 @@ def main() -> None:
     ap.add_argument("--src-len", type=whole(1), default=16)
     ap.add_argument("--tgt-len", type=whole(1), default=16)
     args = ap.parse_args()
-    try:
+    with one_line():
         cfg = load_config(args.config)
-    except (NmtError, OSError) as e:  # one line, no traceback
-        raise SystemExit(f"error: {e}") from None
     vocab = args.vocab or cfg.tokenizer.vocab_size
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
