@@ -290,7 +290,10 @@ class StopSignals:
     the next step boundary, saves, and exits 128 + the signal number. Stopping in the middle
     of an update would save a state that no uninterrupted run passes through. A second
     signal raises KeyboardInterrupt at once (atomic writes keep the last checkpoint whole).
-    Handlers can only be set in the main thread; elsewhere this does nothing.
+    Handlers can only be set in the main thread; elsewhere this does nothing. A signal this
+    process was started with ignored stays ignored: a shell script's `nmt train ... &` gets
+    SIGINT ignored so that the script's Ctrl-C leaves it running, as Python leaves an ignored
+    SIGINT (and as `nmt.signals.held` does); SIGTERM still stops it.
     """
 
     SIGNALS = STOP
@@ -316,7 +319,8 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored stays ignored
+                    self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -48,6 +48,18 @@ def _without_users_variables():
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _ctrl_c_as_from_a_terminal() -> Iterator[None]:
+    """The suite's process takes Ctrl-C as Python does in a terminal, also where the shell
+    that started it had SIGINT ignored (`make test &` in a script, `nohup make test &`): the
+    tests that press Ctrl-C, here or in the programs they start (which inherit an ignored
+    signal but not a handler), then test what a user at a terminal gets, not the shell's
+    choice. Before, seven of them failed in such a run."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(autouse=True)
 def _in_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test runs in its own empty folder: what nmt writes relative to the working

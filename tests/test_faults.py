@@ -121,26 +121,46 @@ def test_kill_9_at_random_moments_then_resume_equals_an_uninterrupted_run(tmp_pa
     assert rows[-1]["loss"] == whole_rows[-1]["loss"]
 
 
-def test_sigterm_saves_and_exits_143(tmp_path):
-    args = [str(TINY), *(f"--set={o}" for o in overrides(tmp_path / "run", "train.max_steps=300"))]
+def _train_sending(args: list[str], signals_at: dict[int, int], **popen) -> tuple[int, str]:
+    """`nmt train args`, sent each of `signals_at` (step -> signal) once that step is logged:
+    its exit status and what it printed."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "nmt", "train", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        **popen,
     )
     assert proc.stdout is not None
-    lines = []
+    lines: list[str] = []
     for line in proc.stdout:
         lines.append(line)
-        # Once: "SIGTERM at step 3: saved" matches too, and a second SIGTERM stops at once.
-        if "step 3:" in line and len([x for x in lines if "step 3:" in x]) == 1:
-            proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 143, "".join(lines)[-2000:]
-    text = "".join(lines)
+        for step, sig in signals_at.items():
+            # Once: "SIGTERM at step 3: saved" matches too, and a second signal stops at once.
+            if f"step {step}:" in line and sum(f"step {step}:" in x for x in lines) == 1:
+                proc.send_signal(sig)
+    return proc.wait(timeout=120), "".join(lines)
+
+
+def test_sigterm_saves_and_exits_143(tmp_path):
+    args = [str(TINY), *(f"--set={o}" for o in overrides(tmp_path / "run", "train.max_steps=300"))]
+    code, text = _train_sending(args, {3: signal.SIGTERM})
+    assert code == 143, text[-2000:]
     assert "SIGTERM at step" in text and "--resume" in text and "Traceback" not in text
     assert load_checkpoint(tmp_path / "run" / "last.pt")["position"]["step"] >= 3
+
+
+def test_a_training_started_with_ctrl_c_ignored_keeps_it_ignored(tmp_path):
+    """A shell script's `nmt train ... &` starts with SIGINT ignored, so that the script's
+    Ctrl-C leaves it running: nmt keeps it so (it had stopped the training), and SIGTERM
+    still stops it with a checkpoint."""
+    args = [str(TINY), *(f"--set={o}" for o in overrides(tmp_path / "run", "train.max_steps=300"))]
+    ignored = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731 as `&` does
+    code, text = _train_sending(args, {3: signal.SIGINT, 6: signal.SIGTERM}, preexec_fn=ignored)
+    assert code == 143, text[-2000:]
+    assert "SIGINT" not in text and "SIGTERM at step" in text and "Traceback" not in text
+    assert load_checkpoint(tmp_path / "run" / "last.pt")["position"]["step"] >= 6
 
 
 # --------------------------------------------------------------------------- disk full
