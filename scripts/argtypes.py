@@ -1,7 +1,7 @@
 """argparse types for the scripts' numbers: a value out of range is argparse's own one-line
 error (`error: argument --seed: '0': expected a whole number >= 1`), before any work.
 
-    from argtypes import minutes, whole, wholes
+    from argtypes import above_zero, minutes, whole, wholes
     ap.add_argument("--repeats", type=whole(1), default=3)
     ap.add_argument("--beams", type=wholes(1), default="1,5")
 """
@@ -43,12 +43,19 @@ def wholes(minimum: int) -> Callable[[str], list[int]]:
     return parse
 
 
-def minutes(text: str) -> float:
-    """'4' or '0.5' -> minutes: a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of minutes above 0")
-    return value
+def above_zero(unit: str) -> Callable[[str], float]:
+    """'4' or '0.5' -> 4.0 or 0.5: a finite number of `unit` (minutes, seconds) above 0."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a number of {unit} above 0")
+        return value
+
+    return parse
+
+
+minutes = above_zero("minutes")

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
+from argtypes import above_zero, whole
 
 from nmt import signals
 from nmt.errors import NmtError, one_line
@@ -63,8 +64,9 @@ def running_server(model: str, *args: str, timeout: float = 120) -> Iterator[Ser
         assert proc.stdout is not None
         line = proc.stdout.readline()
         match = URL_LINE.match(line)
-        if match is None:
-            raise RuntimeError(f"nmt serve did not start: {line!r} {proc.communicate()[1]!r}")
+        if match is None:  # its own one-line error (a bad --model), or what it printed
+            said = (proc.communicate()[1].strip() or line.strip() or "no output").splitlines()
+            raise NmtError(f"nmt serve did not start: {said[-1].removeprefix('error: ')}")
         url = match.group(1)
         deadline = time.monotonic() + timeout
         while True:
@@ -226,20 +228,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="runs/latest", help="run directory or checkpoint")
     ap.add_argument("--url", help="measure this running server alone")
-    ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=30)
-    ap.add_argument("--beam", type=int, default=5)
-    ap.add_argument("--per-request", type=int, default=1, help="sentences in each request")
+    ap.add_argument("--clients", type=whole(1), default=16)
+    ap.add_argument("--seconds", type=above_zero("seconds"), default=30.0)
+    ap.add_argument("--beam", type=whole(1), default=5)
+    ap.add_argument("--per-request", type=whole(1), default=1, help="sentences in each request")
     ap.add_argument("--sentences", type=Path, default=DEFAULT_SENTENCES, help="one a line")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     args = ap.parse_args()
-    with one_line():  # before any server starts: a bad input or an output that cannot be written
-        sentences = [s for s in read_lines(args.sentences) if s.strip()]
-        if not sentences:
-            raise NmtError(f"--sentences {args.sentences}: no sentence in it")
-        if args.out:
-            check_output(args.out, "--out", [(args.sentences, "--sentences")])
+    # before any server starts: a bad input, or an output that cannot be written
+    sentences = [s for s in read_lines(args.sentences) if s.strip()]
+    if not sentences:
+        raise NmtError(f"--sentences {args.sentences}: no sentence in it")
+    if args.out:
+        check_output(args.out, "--out", [(args.sentences, "--sentences")])
     run = {
         "clients": args.clients,
         "seconds": args.seconds,
@@ -270,4 +272,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with one_line():  # a bad input or output, a server that did not start
+        main()

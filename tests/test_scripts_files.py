@@ -68,6 +68,8 @@ def test_bench_translate_reads_its_inputs_before_loading_a_model(tiny_run: TinyR
         (["--sentences", "{blank}"], "no sentence in it"),
         (["--sentences", "{good}", "--out", "{mine}"], "read-only"),
         (["--sentences", "{good}", "--out", "{good}"], "is the same file as --sentences"),
+        # and a server that cannot start says why in the same line (a traceback before)
+        (["--sentences", "{good}"], "nmt serve did not start: /no/such/run: no such run"),
     ],
 )
 def test_load_test_refuses_before_any_server_starts(files, args, says):
