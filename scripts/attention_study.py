@@ -70,6 +70,7 @@ from nmt.tokenizer import EOS_PIECE  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
+from argtypes import whole  # noqa: E402
 from names_set import names_copied  # noqa: E402
 from reference_alignment import eflomal_links  # noqa: E402
 
@@ -311,14 +312,16 @@ def figure(cells: dict[str, dict], names: list[str], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--steps", type=int, default=400, help="updates per cell")
+    ap.add_argument("--steps", type=whole(1), default=400, help="updates per cell")
     ap.add_argument("--config", type=Path, default=CONFIG, help="the base config of every cell")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1])
+    ap.add_argument("--seeds", type=whole(1), nargs="+", default=[1])
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
     ap.add_argument("--work", type=Path, default=ROOT / "runs" / "attention_study")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "attention_study.json")
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "attention_study.png")
-    ap.add_argument("--sentence", type=int, default=3, help="test sentence of the figure (from 0)")
+    ap.add_argument(
+        "--sentence", type=whole(0), default=3, help="test sentence of the figure (from 0)"
+    )
     ap.add_argument(
         "--only",
         nargs="+",

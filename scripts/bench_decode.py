@@ -18,6 +18,7 @@ import dataclasses
 import time
 
 import torch
+from argtypes import above_zero, whole
 
 from nmt.batching import collate
 from nmt.config import config_from_dict
@@ -28,13 +29,13 @@ from nmt.search import decode
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sentences", type=int, default=1000)
-    p.add_argument("--min-len", type=int, default=5, help="shortest source, in subword tokens")
-    p.add_argument("--max-len", type=int, default=30, help="longest source, in subword tokens")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=None, help="default: decode.batch_size")
-    p.add_argument("--out-ratio", type=float, default=1.1)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--sentences", type=whole(1), default=1000)
+    p.add_argument("--min-len", type=whole(1), default=5, help="shortest source, in subword tokens")
+    p.add_argument("--max-len", type=whole(1), default=30, help="longest source, in subword tokens")
+    p.add_argument("--beam", type=whole(1), default=5)
+    p.add_argument("--batch-size", type=whole(1), default=None, help="default: decode.batch_size")
+    p.add_argument("--out-ratio", type=above_zero("times the source length"), default=1.1)
+    p.add_argument("--threads", type=whole(1), default=None)
     p.add_argument(
         "--precision",
         choices=["fp32", "bf16"],
@@ -42,8 +43,10 @@ def main() -> None:
         help="bf16: autocast, about twice as fast on CPUs with bf16 matrix units "
         "(Translator decodes in fp32)",
     )
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=whole(0), default=1)
     args = p.parse_args()
+    if args.max_len < args.min_len:
+        p.error(f"--max-len {args.max_len}: below --min-len {args.min_len}")
     if args.threads:
         torch.set_num_threads(args.threads)
 

@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--smoothing", type=float, default=0.1)
     ap.add_argument("--repeats", type=whole(1), default=3)
     args = ap.parse_args()
+    if not 0 <= args.smoothing < 1:  # as train.label_smoothing
+        ap.error(f"--smoothing {args.smoothing}: expected a number in [0, 1)")
     torch.manual_seed(0)
     B, S, eps = 64, 20, args.smoothing
     T = args.rows // B

@@ -31,6 +31,7 @@ import statistics
 import time
 
 import torch
+from argtypes import whole
 
 from nmt.config import ModelConfig
 from nmt.model import Seq2Seq, build_model
@@ -97,15 +98,17 @@ def tokens_per_second(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per setting")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--steps", type=whole(1), default=10, help="timed steps per setting")
+    parser.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--vocab", type=whole(5), default=8000)
     parser.add_argument("--styles", default=",".join(STYLES), help="decoder styles to time")
     parser.add_argument("--dtypes", default=None, help="e.g. fp32,bf16; default all here")
     parser.add_argument("--copy", action="store_true", help="time copy attention off and on")
     parser.add_argument("--family", action="store_true", help="time local and multi-head too")
-    parser.add_argument("--repeats", type=int, default=3, help="alternations with --copy/--family")
+    parser.add_argument(
+        "--repeats", type=whole(1), default=3, help="alternations with --copy/--family"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -28,6 +28,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from argtypes import whole
+
 from nmt.errors import NmtError, one_line
 from nmt.files import check_output, read_lines, write_lines, write_output
 
@@ -174,7 +176,7 @@ def main() -> None:
     m = sub.add_parser("model")
     m.add_argument("model", nargs="+", help="run directory or checkpoint (several: an ensemble)")
     m.add_argument("--names", type=Path, default=Path("docs/names.tsv"))
-    m.add_argument("--beam", type=int, default=5)
+    m.add_argument("--beam", type=whole(1), default=5)
     m.add_argument("--hyps", type=Path, help="also write the translations here")
     args = parser.parse_args()
     with one_line():

@@ -109,3 +109,29 @@ def test_attention_study_and_the_page_shot_check_their_outputs_first(tmp_path: P
              str(tmp_path / "study.json"), "--figure", str(config), says="--figure")  # fmt: skip
     _refused("browser.py", "--out", str(files["mine"]), says="read-only")
     _kept(files["mine"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench_decode.py", "--beam", "0"],
+        ["bench_decode.py", "--min-len", "9", "--max-len", "3"],
+        ["bench_model.py", "--steps", "0"],
+        ["bench_loss.py", "--smoothing", "1.5"],
+        ["attention_study.py", "--seeds", "0"],
+        ["names_set.py", "model", "runs/x", "--beam", "0"],
+        ["load_test.py", "--clients", "0"],
+        ["load_test.py", "--seconds", "nan"],
+    ],
+)
+def test_a_number_out_of_range_is_argparses_one_line_before_any_work(args):
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / args[0]), *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"{args[0]}")  # `prog: error: ...`
+    assert "error: " in done.stderr.strip().splitlines()[-1]
