@@ -51,6 +51,8 @@ default (OpenNMT-py: one process, torch's threads). BLEU is sacrebleu's on detok
 
 The peers are installed, once, into their own virtual environments under --work (default
 ~/.cache/nmt-peers, outside the repository), with the torch of this environment's version.
+The script deletes and remakes its own folders there (each toolkit's run, the shared
+pieces), so --work is a new or empty folder, or one it made (marked): another is refused.
 Each toolkit is an adapter in scripts/peers/ (install, train, read its log, decode); this
 file runs them and prints the table. A cell left empty is said why below the table.
 Nothing else runs meanwhile: two jobs on a small machine make both figures wrong.

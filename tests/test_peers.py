@@ -25,6 +25,7 @@ import compare_peers  # noqa: E402
 from peers import (
     common,  # noqa: E402
     nmt_toolkit,  # noqa: E402
+    options,  # noqa: E402
 )
 from peers import limit as limit_mod  # noqa: E402
 from peers.common import DECODINGS, Decoding, Result, decode_in_turns, kept_rows  # noqa: E402
@@ -374,12 +375,15 @@ def test_compare_peers_refuses_contradicting_options(tmp_path, args, says):
         (["--nmt-config", "train.en"], "train.en: expected a mapping"),
         (["--nmt-config", "nope.yaml"], "nope.yaml: file not found"),
         (["--nmt-set", "model.nope=3"], "model.nope: unknown key"),
+        (["--work", "mine"], "mine: a folder this script did not make, and not empty"),
     ],
 )
 def test_compare_peers_refuses_bad_paths_and_configs_before_running(tmp_path, args, says):
     """Before an hour of training, not after it, and in one line."""
     (tmp_path / "train.en").write_text("a\n")
-    args = [str(tmp_path / a) if a in ("train.en", "nope.yaml") else a for a in args]
+    (tmp_path / "mine" / "onmt-run").mkdir(parents=True)  # a user's own OpenNMT-py run
+    (tmp_path / "mine" / "onmt-run" / "notes.txt").write_text("mine\n")
+    args = [str(tmp_path / a) if a in ("train.en", "nope.yaml", "mine") else a for a in args]
     proc = subprocess.run(
         [sys.executable, "scripts/compare_peers.py", "--data", str(tmp_path), *args],
         cwd=ROOT,
@@ -389,6 +393,25 @@ def test_compare_peers_refuses_bad_paths_and_configs_before_running(tmp_path, ar
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert (tmp_path / "mine" / "onmt-run" / "notes.txt").read_text() == "mine\n"
+
+
+def test_compare_peers_fills_only_a_work_folder_of_its_own(tmp_path):
+    """--work is new, empty, or one this script filled (its mark, or an earlier version's
+    venvs and pieces): then it is marked as the script's, where it deletes and remakes its
+    folders. A folder of the user's with anything in it is refused (above)."""
+    earlier = tmp_path / "earlier"
+    (earlier / "venv-onmt").mkdir(parents=True)
+    (earlier / "venv-onmt" / ".installed").write_text("ok\n")
+    (tmp_path / "empty").mkdir()
+    for work in (tmp_path / "new" / "w", tmp_path / "empty", earlier):
+        assert options.ours(work) == (work == earlier)
+        args = argparse.Namespace(
+            nmt_config=common.CONFIG, nmt_set=[], data=ROOT / "tests" / "data" / "tiny",
+            out=tmp_path / "out.json", plot=None, work=work,
+        )  # fmt: skip
+        options.check_files(argparse.ArgumentParser(), args)
+        assert options.ours(work)
 
 
 # What the row had decoded at each pass of the limit's timings (`_one_fake_row`)

@@ -5,6 +5,7 @@ they fit together and this machine; the check of the files it reads and writes."
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import argtypes
 import torch
@@ -12,6 +13,7 @@ import torch
 from nmt.config import Config, load_config
 from nmt.errors import NmtError
 from nmt.files import check_output
+from nmt.run_dir import OWNER_MARK
 from nmt.runtime import cpu_has_bf16_matmul
 from nmt.workers import check_workers
 from peers.common import CONFIG
@@ -94,10 +96,29 @@ def check_files(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(str(e))
     if args.work.exists() and not args.work.is_dir():
         ap.error(f"--work {args.work}: not a folder; expected one the script may fill")
+    if args.work.is_dir() and not ours(args.work) and any(args.work.iterdir()):
+        ap.error(
+            f"--work {args.work}: a folder this script did not make, and not empty (the script "
+            "deletes and remakes its own folders there: onmt-run, joey-run, spm-run, ...); "
+            "choose a new or an empty folder"
+        )
     try:
         args.work.mkdir(parents=True, exist_ok=True)
+        (args.work / WORK_MARK).touch()
     except OSError as e:
         ap.error(f"--work {args.work}: cannot make it a folder ({e.strerror})")
+
+
+# The mark of a --work folder this script made: only there does it delete and remake the
+# folders it keeps (a peer's run, the shared pieces), never in a folder of the user's.
+WORK_MARK = ".compare-peers-work"
+# What a work folder filled before the mark holds: a peer's finished virtualenv, nmt's pieces
+_EARLIER = ("venv-onmt/.installed", "venv-joey/.installed", f"spm-run/{OWNER_MARK}")
+
+
+def ours(work: Path) -> bool:
+    """Whether `work` is a --work folder of this script's (its mark, or an earlier run's)."""
+    return any((work / name).is_file() for name in (WORK_MARK, *_EARLIER))
 
 
 def nmt_config(args: argparse.Namespace) -> Config:
