@@ -46,5 +46,7 @@ bench:
 	$(BIN)/python scripts/compare_peers.py --only nmt-fp32,nmt-bf16,nmt-fp16 \
 		--minutes $(BENCH_MINUTES) --out results/bench.json
 
+# The tools' caches only: runs/ holds the models trained here (`make train`'s among them),
+# which are the user's to delete.
 clean:
-	rm -rf runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .pytest_cache .mypy_cache .ruff_cache
