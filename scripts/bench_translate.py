@@ -53,22 +53,15 @@ LOADED: dict[str, dict[str, Any]] = {
 }
 
 
-def _tanh_hidden(
-    q: torch.Tensor, keys: torch.Tensor, out: torch.Tensor | None = None, *, decoding: bool = False
-) -> tuple[torch.Tensor, bool]:
-    """`nmt.attention.additive_hidden` as it was before session 14, with its signature."""
-    return torch.add(q, keys, out=out).tanh_(), False
-
-
 @contextlib.contextmanager
 def variant(name: str, tr: Translator) -> Iterator[None]:
     """`tr` as the variant `name` decodes, put back afterwards."""
     members = tr.model.models if isinstance(tr.model, Ensemble) else [tr.model]
     models = [m for m in members if isinstance(m, Seq2Seq)]
-    hidden, shortlists = nmt.attention.additive_hidden, [m.shortlist for m in models]
+    tanh_fast, shortlists = nmt.attention.TANH_FAST, [m.shortlist for m in models]
     multiple = nmt.shortlist.COLUMN_MULTIPLE
-    if name == "tanh":
-        nmt.attention.additive_hidden = _tanh_hidden
+    if name == "tanh":  # additive_hidden's own tanh route, which decoding takes where it is fast
+        nmt.attention.TANH_FAST = True
     if name == "unrounded":
         nmt.shortlist.COLUMN_MULTIPLE = 1
     if name == "full-vocab":
@@ -77,7 +70,7 @@ def variant(name: str, tr: Translator) -> Iterator[None]:
     try:
         yield
     finally:
-        nmt.attention.additive_hidden = hidden
+        nmt.attention.TANH_FAST = tanh_fast
         nmt.shortlist.COLUMN_MULTIPLE = multiple
         for m, s in zip(models, shortlists, strict=True):
             m.shortlist = s

@@ -90,7 +90,7 @@ def _seen_names(data: Path, names: list[str]) -> set[str]:
     """The `names` that occur in the training corpora, as whole words in any case."""
     texts = [data / "multi30k" / "train.en", data / "multi30k" / "train.fr"]
     texts.append(data / "tatoeba" / "fra-eng.tsv")
-    corpus = "\n".join("\n".join(read_lines(p)) for p in texts).lower()
+    corpus = "\n".join(line for p in texts for line in read_lines(p)).lower()
     return {n for n in names if _whole(n.lower()).search(corpus)}
 
 

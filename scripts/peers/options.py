@@ -12,7 +12,7 @@ import torch
 
 from nmt.config import Config, load_config
 from nmt.errors import NmtError
-from nmt.files import check_output
+from nmt.files import FileError, atomic_write, check_output
 from nmt.run_dir import OWNER_MARK
 from nmt.runtime import cpu_has_bf16_matmul
 from nmt.workers import check_workers
@@ -104,9 +104,12 @@ def check_files(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         )
     try:
         args.work.mkdir(parents=True, exist_ok=True)
-        (args.work / WORK_MARK).touch()
+        if not (args.work / WORK_MARK).is_file():
+            atomic_write(args.work / WORK_MARK, b"a work folder of scripts/compare_peers.py\n")
     except OSError as e:
         ap.error(f"--work {args.work}: cannot make it a folder ({e.strerror})")
+    except FileError as e:
+        ap.error(f"--work {e}")
 
 
 # The mark of a --work folder this script made: only there does it delete and remake the
