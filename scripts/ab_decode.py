@@ -29,11 +29,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from argtypes import whole
+from argtypes import sentence_lines, whole
 
 from nmt.checkpoint import load_checkpoint
-from nmt.errors import NmtError, one_line
-from nmt.files import read_lines
+from nmt.errors import one_line
 from nmt.run_dir import resolve_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,8 +113,7 @@ def main() -> None:
     ap.add_argument("--calls", type=whole(1), default=5, help="timed translations a process")
     args = ap.parse_args()
     with one_line():  # what every process reads, checked once here
-        if not any(line.strip() for line in read_lines(args.src)):
-            raise NmtError(f"{args.src}: no sentence to decode (empty or blank lines only)")
+        sentence_lines(args.src, "--src")
         load_checkpoint(resolve_checkpoint(args.checkpoint), mmap=True)
     how = "int8" if args.int8 else args.precision
     print(f"{args.src.name}, {how}, beam {args.beam}, {args.workers} worker(s), "

@@ -1,7 +1,8 @@
 """argparse types for the scripts' numbers: a value out of range is argparse's own one-line
-error (`error: argument --seed: '0': expected a whole number >= 1`), before any work.
+error (`error: argument --seed: '0': expected a whole number >= 1`), before any work. And the
+one check of a file of sentences a script decodes (`sentence_lines`).
 
-    from argtypes import above_zero, minutes, whole, wholes
+    from argtypes import above_zero, minutes, sentence_lines, whole, wholes
     ap.add_argument("--repeats", type=whole(1), default=3)
     ap.add_argument("--beams", type=wholes(1), default="1,5")
 """
@@ -11,6 +12,10 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from pathlib import Path
+
+from nmt.errors import NmtError
+from nmt.files import read_lines
 
 
 def whole(minimum: int) -> Callable[[str], int]:
@@ -59,3 +64,13 @@ def above_zero(unit: str) -> Callable[[str], float]:
 
 
 minutes = above_zero("minutes")
+
+
+def sentence_lines(path: Path, flag: str) -> list[str]:
+    """The lines of `path` (option `flag`), a file of sentences to decode or send: one line
+    (`NmtError`) where it cannot be read or holds none, before any work (a benchmark of
+    nothing would print figures of 0 s)."""
+    lines = read_lines(path)
+    if not any(line.strip() for line in lines):
+        raise NmtError(f"{flag} {path}: no sentence to decode (empty or blank lines only)")
+    return lines

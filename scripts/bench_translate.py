@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from argtypes import whole, wholes
+from argtypes import sentence_lines, whole, wholes
 
 import nmt.attention
 import nmt.shortlist
@@ -91,7 +91,7 @@ def main() -> None:
     if unknown:
         p.error(f"--variants: unknown {', '.join(unknown)}; expected some of {', '.join(VARIANTS)}")
     with one_line():
-        lines = read_lines(args.src)  # the inputs first: a bad one is told before any loading
+        lines = sentence_lines(args.src, "--src")  # the inputs first, before any loading
         refs = read_lines(args.ref) if args.ref else None
         if refs is not None and len(refs) != len(lines):
             raise NmtError(f"--ref {args.ref}: {len(refs)} lines; --src has {len(lines)}")

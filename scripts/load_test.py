@@ -29,11 +29,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
-from argtypes import above_zero, whole
+from argtypes import above_zero, sentence_lines, whole
 
 from nmt import signals
 from nmt.errors import NmtError, one_line
-from nmt.files import check_output, read_lines, write_output
+from nmt.files import check_output, write_output
 
 ROOT = Path(__file__).resolve().parents[1]
 URL_LINE = re.compile(r"^nmt serve: (http://\S+) ")
@@ -237,9 +237,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     args = ap.parse_args()
     # before any server starts: a bad input, or an output that cannot be written
-    sentences = [s for s in read_lines(args.sentences) if s.strip()]
-    if not sentences:
-        raise NmtError(f"--sentences {args.sentences}: no sentence in it")
+    sentences = [s for s in sentence_lines(args.sentences, "--sentences") if s.strip()]
     if args.out:
         check_output(args.out, "--out", [(args.sentences, "--sentences")])
     run = {
@@ -250,6 +248,10 @@ def main() -> None:
     }
     loads = []
     if args.url:
+        try:  # one line where nothing answers as nmt serve does, not a client's traceback
+            httpx.get(f"{args.url}/health", timeout=10).raise_for_status()
+        except httpx.HTTPError as e:
+            raise NmtError(f"--url {args.url}: no nmt server answers there ({e})") from None
         loads.append(asyncio.run(measure(args.url, "as running", sentences, **run)))
     else:
         for mode, extra in (("batched", []), ("one at a time", ["--max-batch", "1"])):

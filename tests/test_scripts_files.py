@@ -51,6 +51,7 @@ def test_bench_translate_reads_its_inputs_before_loading_a_model(tiny_run: TinyR
     _refused("bench_translate.py", ckpt, "--src", str(files["good"]), "--ref",
              str(files["mine"]), says="--ref")  # fmt: skip
     _refused("bench_translate.py", ckpt, "--src", "/no/such.en", says="/no/such.en: no such file")
+    _refused("bench_translate.py", ckpt, "--src", str(files["blank"]), says="no sentence to decode")
     # and with good inputs it runs its default variants (the tanh one had lost step with
     # the scorer's signature: a TypeError)
     done = subprocess.run(
@@ -65,11 +66,13 @@ def test_bench_translate_reads_its_inputs_before_loading_a_model(tiny_run: TinyR
     ("args", "says"),
     [
         (["--sentences", "/no/such.en"], "no such file"),
-        (["--sentences", "{blank}"], "no sentence in it"),
+        (["--sentences", "{blank}"], "no sentence to decode"),
         (["--sentences", "{good}", "--out", "{mine}"], "read-only"),
         (["--sentences", "{good}", "--out", "{good}"], "is the same file as --sentences"),
         # and a server that cannot start says why in the same line (a traceback before)
         (["--sentences", "{good}"], "nmt serve did not start: /no/such/run: no such run"),
+        (["--sentences", "{good}", "--url", "http://127.0.0.1:9"], "no nmt server answers"),
+        (["--sentences", "{good}", "--url", "nourl"], "--url nourl: no nmt server answers"),
     ],
 )
 def test_load_test_refuses_before_any_server_starts(files, args, says):
