@@ -318,6 +318,11 @@ class RunConfig:
         None, help="where a run writes: config, tokenizer, logs, checkpoints; default runs/<name>"
     )
     tensorboard: bool = _opt(True, help="TensorBoard logs in run.dir/tensorboard")
+    link_latest: bool = _opt(
+        True,
+        help="point runs/latest (the model translate, eval and serve use without --model) "
+        "at this run when it ends; false for a run a script makes on the side",
+    )
 
 
 @dataclass(frozen=True)

@@ -342,7 +342,7 @@ def _farewell(run: _Run, stopped_by: str) -> FitResult:
     """`runs/latest` pointed at this run, and a last line on how it ended (rank 0)."""
     pos, cfg = run.ts.pos, run.cfg
     if run.ctx.is_main:
-        not_linked = point_latest_at(cfg.run_dir)
+        not_linked = point_latest_at(cfg.run_dir) if cfg.run.link_latest else None
         if not_linked:
             run.log(f"warning: {not_linked}")
         best = f"{pos.best_score:.2f}" if pos.best_score is not None else "-"

@@ -66,6 +66,7 @@ from nmt.evaluate import bleu  # noqa: E402
 from nmt.files import check_output, write_output  # noqa: E402
 from nmt.files import read_lines as lines  # noqa: E402
 from nmt.model import Seq2Seq  # noqa: E402
+from nmt.run_dir import OWNER_MARK  # noqa: E402
 from nmt.tokenizer import EOS_PIECE  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
 
@@ -73,9 +74,18 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from argtypes import whole  # noqa: E402
 from names_set import names_copied  # noqa: E402
 from reference_alignment import eflomal_links  # noqa: E402
+from work_folder import WorkFolder  # noqa: E402
 
 CONFIG = ROOT / "configs" / "multi30k_en_fr.yaml"  # --config: another base (e.g. tiny, to try)
 TEST = "test_2016_flickr"
+# --work: the script deletes a cell's run cut short and starts it again, so only in a folder
+# of its own (an earlier version's holds its cells' results or its pieces)
+WORK = WorkFolder(
+    "scripts/attention_study.py",
+    mark=".attention-study-work",
+    remakes="runs/CELL for a cell cut short",
+    earlier=("cells", f"spm-run/{OWNER_MARK}"),
+)
 SCORERS = ("dot", "scaled_dot", "bilinear", "concat")
 DECODERS = {  # name -> config overrides
     "bahdanau": ["model.decoder=bahdanau", "model.input_feeding=false"],
@@ -148,6 +158,7 @@ def train_cell(
         "train.patience=0",
         "train.log_every=50",
         "run.tensorboard=false",
+        "run.link_latest=false",  # the user's runs/latest stays on the user's own model
     ]
     cmd = [sys.executable, "-m", "nmt", "train", str(args.config)]
     run(cmd + [a for s in sets for a in ("--set", s)], log=run_dir / "train.log")
@@ -316,7 +327,12 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=CONFIG, help="the base config of every cell")
     ap.add_argument("--seeds", type=whole(1), nargs="+", default=[1])
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
-    ap.add_argument("--work", type=Path, default=ROOT / "runs" / "attention_study")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=ROOT / "runs" / "attention_study",
+        help="the cells' runs: a new or empty folder, or one this script filled before",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "attention_study.json")
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "attention_study.png")
     ap.add_argument(
@@ -341,7 +357,8 @@ def main() -> None:
     check_output(args.out, "--out", [(args.config, "--config")])
     check_output(args.figure, "--figure", [(args.config, "--config"), (args.out, "--out")])
     args.data, args.work = args.data.resolve(), args.work.resolve()
-    (args.work / "cells").mkdir(parents=True, exist_ok=True)
+    WORK.claim(args.work)
+    (args.work / "cells").mkdir(exist_ok=True)
     sure, possible = eflomal_links(args.data, args.work / "eflomal", TEST)
     cells: dict[str, dict] = {}
     grid = [(d, s, v) for d in DECODERS for s in SCORERS for v in args.variants]

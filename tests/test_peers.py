@@ -405,13 +405,13 @@ def test_compare_peers_fills_only_a_work_folder_of_its_own(tmp_path):
     (earlier / "venv-onmt" / ".installed").write_text("ok\n")
     (tmp_path / "empty").mkdir()
     for work in (tmp_path / "new" / "w", tmp_path / "empty", earlier):
-        assert options.ours(work) == (work == earlier)
+        assert options.WORK.ours(work) == (work == earlier)
         args = argparse.Namespace(
             nmt_config=common.CONFIG, nmt_set=[], data=ROOT / "tests" / "data" / "tiny",
             out=tmp_path / "out.json", plot=None, work=work,
         )  # fmt: skip
         options.check_files(argparse.ArgumentParser(), args)
-        assert options.ours(work)
+        assert options.WORK.ours(work)
 
 
 # What the row had decoded at each pass of the limit's timings (`_one_fake_row`)

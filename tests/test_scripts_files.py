@@ -5,6 +5,7 @@ Each case below was a traceback, or a write over the user's file, before."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,48 @@ def test_a_number_out_of_range_is_argparses_one_line_before_any_work(args):
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(f"{args[0]}")  # `prog: error: ...`
     assert "error: " in done.stderr.strip().splitlines()[-1]
+
+
+def _users_latest(tmp_path: Path) -> Path:
+    """The user's `runs/latest` (in the folder the scripts run from: the suite's tmp_path),
+    a link to the user's own run."""
+    mine = tmp_path / "runs" / "mine"
+    mine.mkdir(parents=True)
+    (tmp_path / "runs" / "latest").symlink_to("mine")
+    return mine
+
+
+@pytest.mark.slow
+def test_the_scripts_trainings_leave_the_users_runs_latest_alone(tmp_path: Path):
+    """compare_peers' nmt rows and attention_study's cells train with `nmt train` from the
+    user's folder: each pointed runs/latest, the model translate/eval/serve use without
+    --model, at its own run (in --work, perhaps deleted since), not the user's."""
+    sys.path.insert(0, str(SCRIPTS))
+    import attention_study
+    from peers import nmt_toolkit
+
+    mine = _users_latest(tmp_path)
+    tiny, config = ROOT / "tests" / "data" / "tiny", ROOT / "configs" / "tiny.yaml"
+    work = tmp_path / "work"
+    work.mkdir()
+    args = dict(data=tiny, work=work, seed=1, log_every=1, curve=0, nmt_set=[])
+    peers = argparse.Namespace(**args, minutes=0, updates=2, nmt_config=config)
+    row = nmt_toolkit.nmt_train("nmt fp32", "fp32", peers, work / "nmt-fp32")
+    assert row.steps == 2 and (work / "nmt-fp32" / "last.pt").is_file()
+    study = argparse.Namespace(**args, steps=2, config=config)
+    attention_study.train_cell(study, "luong", "dot", 1, work / "cell", copy=False)
+    assert (work / "cell" / "last.pt").is_file()
+    assert (tmp_path / "runs" / "latest").resolve() == mine.resolve()
+
+
+def test_attention_study_fills_only_a_work_folder_of_its_own(tmp_path: Path):
+    """It deletes a cell's run cut short (runs/CELL) to start it again: in a folder of the
+    user's holding a folder of that name, the user's would be lost. Refused, kept."""
+    work = tmp_path / "mine"
+    notes = work / "runs" / "luong.dot.seed1.steps400" / "notes.txt"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("mine\n", encoding="utf-8")
+    outs = ["--out", str(tmp_path / "study.json"), "--figure", str(tmp_path / "study.png")]
+    _refused("attention_study.py", "--work", str(work), *outs, says="did not make, and not empty")
+    assert notes.read_text(encoding="utf-8") == "mine\n"
+    assert sorted(p.name for p in work.iterdir()) == ["runs"]  # nothing added

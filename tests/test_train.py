@@ -35,6 +35,18 @@ def test_fp32_run_writes_metrics_checkpoints_and_latest(tmp_path):
     assert config_from_dict(state["config"]) == cfg
 
 
+def test_a_run_on_the_side_leaves_runs_latest_on_the_last_one(tmp_path):
+    """`run.link_latest: false` (a script's run): runs/latest still names the run before."""
+    first = tiny(tmp_path, "train.max_steps=1")
+    fit(first, log=lambda _: None)
+    side = tiny(
+        tmp_path, "train.max_steps=1", f"run.dir={tmp_path / 'side'}", "run.link_latest=false"
+    )
+    fit(side, log=lambda _: None)
+    assert (side.run_dir / "last.pt").is_file()
+    assert (tmp_path / "runs" / "latest").resolve() == first.run_dir.resolve()
+
+
 def test_bf16_on_cpu_trains_and_loss_falls(tmp_path):
     cfg = tiny(tmp_path, "train.precision=bf16", "train.max_steps=40", "train.lr=0.01")
     fit(cfg, log=lambda _: None)

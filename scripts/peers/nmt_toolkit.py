@@ -98,6 +98,7 @@ def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path
         # no validation inside the timed run, unless a learning curve is wanted
         f"train.valid_every={args.curve or 1000000}",
         "run.tensorboard=false",
+        "run.link_latest=false",  # the user's runs/latest stays on the user's own model
         *args.nmt_set,
     ]
     config = args.nmt_config

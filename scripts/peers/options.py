@@ -5,14 +5,14 @@ they fit together and this machine; the check of the files it reads and writes."
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import argtypes
 import torch
+from work_folder import WorkFolder
 
 from nmt.config import Config, load_config
 from nmt.errors import NmtError
-from nmt.files import FileError, atomic_write, check_output
+from nmt.files import check_output
 from nmt.run_dir import OWNER_MARK
 from nmt.runtime import cpu_has_bf16_matmul
 from nmt.workers import check_workers
@@ -92,36 +92,20 @@ def check_files(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         if args.plot:
             check_output(args.plot, "--plot", [*inputs, (args.out, "--out")])
         nmt_config(args)  # as every nmt row and the limit read it
+        WORK.claim(args.work)
     except NmtError as e:
         ap.error(str(e))
-    if args.work.exists() and not args.work.is_dir():
-        ap.error(f"--work {args.work}: not a folder; expected one the script may fill")
-    if args.work.is_dir() and not ours(args.work) and any(args.work.iterdir()):
-        ap.error(
-            f"--work {args.work}: a folder this script did not make, and not empty (the script "
-            "deletes and remakes its own folders there: onmt-run, joey-run, spm-run, ...); "
-            "choose a new or an empty folder"
-        )
-    try:
-        args.work.mkdir(parents=True, exist_ok=True)
-        if not (args.work / WORK_MARK).is_file():
-            atomic_write(args.work / WORK_MARK, b"a work folder of scripts/compare_peers.py\n")
-    except OSError as e:
-        ap.error(f"--work {args.work}: cannot make it a folder ({e.strerror})")
-    except FileError as e:
-        ap.error(f"--work {e}")
 
 
-# The mark of a --work folder this script made: only there does it delete and remake the
-# folders it keeps (a peer's run, the shared pieces), never in a folder of the user's.
-WORK_MARK = ".compare-peers-work"
-# What a work folder filled before the mark holds: a peer's finished virtualenv, nmt's pieces
-_EARLIER = ("venv-onmt/.installed", "venv-joey/.installed", f"spm-run/{OWNER_MARK}")
-
-
-def ours(work: Path) -> bool:
-    """Whether `work` is a --work folder of this script's (its mark, or an earlier run's)."""
-    return any((work / name).is_file() for name in (WORK_MARK, *_EARLIER))
+# Only in a --work folder of its own does the script delete and remake the folders it keeps
+# (a peer's run, the shared pieces). One filled before the mark holds a peer's finished
+# virtualenv or nmt's pieces.
+WORK = WorkFolder(
+    "scripts/compare_peers.py",
+    mark=".compare-peers-work",
+    remakes="onmt-run, joey-run, spm-run, ...",
+    earlier=("venv-onmt/.installed", "venv-joey/.installed", f"spm-run/{OWNER_MARK}"),
+)
 
 
 def nmt_config(args: argparse.Namespace) -> Config:
