@@ -117,6 +117,11 @@ def resolve_checkpoint(model: str | Path | None) -> Path:
     else last checkpoint: INFERENCE_ORDER), or with nothing given the most recently trained
     run (`runs/latest`)."""
     if model is None:
+        if LATEST_LINK.is_symlink() and not LATEST_LINK.exists():
+            raise CheckpointError(
+                f"no model given, and {LATEST_LINK} names {os.readlink(LATEST_LINK)}, which "
+                "is gone: train one with `nmt train CONFIG` or pass --model RUN_DIR_OR_CHECKPOINT"
+            )
         if not LATEST_LINK.exists():
             raise CheckpointError(
                 "no model given and no trained run found (runs/latest): "

@@ -54,6 +54,11 @@ def test_no_model_and_no_latest_run_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(CheckpointError, match="no trained run found"):
         Translator.from_checkpoint(None)
+    # a link to a run deleted since (a benchmark's in /tmp): says which, not "none found"
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "latest").symlink_to(tmp_path / "gone")
+    with pytest.raises(CheckpointError, match=f"runs/latest names {tmp_path / 'gone'}, which is"):
+        Translator.from_checkpoint(None)
 
 
 def test_outputs_come_back_in_input_order_whatever_the_batching(translator, sentences):
