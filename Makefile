@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 # recipe: make train CONFIG=configs/multi30k_en_fr.yaml MINUTES=120).
 CONFIG ?= configs/general_en_fr.yaml
 MINUTES ?= 30
+# More of `nmt train`'s flags: ARGS=--resume continues the run (another MINUTES of it),
+# ARGS=--overwrite starts it over; a second `make train` without either is refused.
+ARGS ?=
 BENCH_MINUTES ?= 2
 # The data root (one folder per corpus): the shared one where it exists, else the config's
 # own (data/, where missing corpora are downloaded). NMT_DATA_DIR=... make train overrides.
@@ -37,7 +40,7 @@ check:
 	$(BIN)/python scripts/long_code.py --strict
 
 train:
-	$(BIN)/nmt train $(CONFIG) --set train.max_minutes=$(MINUTES)
+	$(BIN)/nmt train $(CONFIG) --set train.max_minutes=$(MINUTES) $(ARGS)
 
 # nmt alone: the reference model's training tokens/s (fp32, and bf16 where the hardware has
 # it; fp16 too on a GPU), greedy and beam-5 decoding of test_2016_flickr, peak memory.
