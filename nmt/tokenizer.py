@@ -84,14 +84,17 @@ class Tokenizer:
                 f"tokenizer.vocab_size {cfg.vocab_size}: the train split supports at most "
                 f"{got} {cfg.type} pieces; set tokenizer.vocab_size to {got} or less"
             )
-        out_dir = Path(out_dir)
-        for name, data in models.items():
-            atomic_write(out_dir / _FILES[name], data)
+        tok.write(out_dir)
         settings = json.dumps(dataclasses.asdict(cfg), indent=2, sort_keys=True)
-        atomic_write(out_dir / SETTINGS_FILE, settings.encode("utf-8"))
+        atomic_write(Path(out_dir) / SETTINGS_FILE, settings.encode("utf-8"))
         kind = "joint vocabulary" if tok.joint else "vocabularies (source, target)"
         log(f"tokenizer: trained {cfg.type} {kind} of {cfg.vocab_size} in {out_dir}")
         return tok
+
+    def write(self, out_dir: Path) -> None:
+        """Write the model file(s) into `out_dir`, where `load` reads them."""
+        for name, data in self.to_bytes().items():
+            atomic_write(Path(out_dir) / _FILES[name], data)
 
     @classmethod
     def load(cls, out_dir: Path) -> Tokenizer:

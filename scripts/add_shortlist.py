@@ -1,7 +1,9 @@
 """Give a checkpoint trained before the vocabulary shortlist one: the table is built from
-its run's own training data (the config stored in the checkpoint; the run's cached splits
-when they are still there) and written with the checkpoint to a new file. The run's own
-files are never rewritten.
+its run's own training data (the config stored in the checkpoint) in the checkpoint's own
+pieces, and written with the checkpoint to a new file. The run's cached splits are read
+where its folder still holds the checkpoint's tokenizer; otherwise (the folder gone, another
+run's, or relative to another working directory) the data is tokenized afresh in a
+temporary folder. Nothing is written but OUT.
 
     NMT_DATA_DIR=../shared/data .venv/bin/python scripts/add_shortlist.py \
         runs/general_en_fr/best.pt /tmp/with_shortlist.pt
@@ -12,17 +14,33 @@ files are never rewritten.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import tempfile
 import time
 from pathlib import Path
 
 from argtypes import whole
 
 from nmt.checkpoint import load_checkpoint, save_checkpoint
-from nmt.config import apply_data_dir_env, config_from_dict
-from nmt.data import prepare
+from nmt.config import Config, apply_data_dir_env, config_from_dict
+from nmt.data import Split, prepare
 from nmt.errors import one_line
 from nmt.files import check_output, write_output
 from nmt.shortlist import FREQUENT, PER_SOURCE, build_for
+from nmt.tokenizer import Tokenizer, TokenizerError
+
+
+def training_split(cfg: Config, tokenizer: Tokenizer, tmp: Path) -> Split:
+    """The run's training split in `tokenizer`'s pieces: prepared in the run's folder where
+    that folder's tokenizer is this one (its cache is used), else in `tmp`, given it."""
+    try:
+        same = Tokenizer.load(cfg.run_dir).to_bytes() == tokenizer.to_bytes()
+    except TokenizerError:  # no tokenizer there: the folder is gone, or was never here
+        same = False
+    if not same:
+        tokenizer.write(tmp)
+        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(tmp)))
+    return prepare(cfg, log=lambda _: None).train
 
 
 def main() -> None:
@@ -35,15 +53,14 @@ def main() -> None:
     check_output(args.out, "OUT", [(args.checkpoint, "CHECKPOINT")])
     state = load_checkpoint(args.checkpoint)
     cfg = config_from_dict(apply_data_dir_env(state["config"]))
-    prepared = prepare(cfg, log=lambda _: None)
-    started = time.perf_counter()
-    table = build_for(
-        prepared.tokenizer,
-        prepared.train.src_ids,
-        prepared.train.tgt_ids,
-        per_source=args.per_source,
-        frequent=args.frequent,
-    )
+    tokenizer = Tokenizer.from_bytes(state["tokenizer"])
+    with tempfile.TemporaryDirectory(prefix="add_shortlist.") as tmp:
+        train = training_split(cfg, tokenizer, Path(tmp))
+        started = time.perf_counter()
+        table = build_for(
+            tokenizer, train.src_ids, train.tgt_ids, per_source=args.per_source,
+            frequent=args.frequent,
+        )  # fmt: skip
     print(f"shortlist built in {time.perf_counter() - started:.1f} s")
     save_checkpoint({**state, "shortlist": table.to_state()}, args.out, write=write_output)
     print(f"written: {args.out}")

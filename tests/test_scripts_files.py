@@ -11,7 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TinyRun
+import torch
+from conftest import ROOT, TINY_CONFIG, TINY_DATA, TinyRun
+
+from nmt.config import load_config
+from nmt.tokenizer import train_or_load
 
 SCRIPTS = ROOT / "scripts"
 
@@ -184,3 +188,42 @@ def test_attention_study_fills_only_a_work_folder_of_its_own(tmp_path: Path):
     _refused("attention_study.py", "--work", str(work), *outs, says="did not make, and not empty")
     assert notes.read_text(encoding="utf-8") == "mine\n"
     assert sorted(p.name for p in work.iterdir()) == ["runs"]  # nothing added
+
+
+def _shortlist_of(checkpoint: Path, out: Path, cwd: Path) -> dict:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "add_shortlist.py"), str(checkpoint), str(out)],
+        capture_output=True, text=True, timeout=120, cwd=cwd,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return torch.load(out, weights_only=True)["shortlist"]
+
+
+def test_add_shortlist_reads_the_checkpoints_own_pieces_and_writes_only_out(
+    tiny_run: TinyRun, tmp_path: Path
+):
+    """The run's folder named in the checkpoint may be gone (or relative to another working
+    directory), or hold another run's tokenizer. The script prepared the data there anyway:
+    it made that folder, trained a tokenizer into it, and built the table in those pieces
+    (or stopped on the other tokenizer's settings). Now: the checkpoint's own pieces, and
+    nothing written but OUT."""
+    want = _shortlist_of(tiny_run.checkpoint, tmp_path / "want.pt", tmp_path)
+    state = torch.load(tiny_run.checkpoint, weights_only=True)
+    other = tmp_path / "other"  # another run's tokenizer: a smaller vocabulary
+    cfg = load_config(TINY_CONFIG, [f"data.dir={TINY_DATA}", "tokenizer.vocab_size=100"])
+    src, tgt = ((TINY_DATA / f"train.{x}").read_text().splitlines() for x in ("en", "fr"))
+    train_or_load(cfg.tokenizer, other, src, tgt, log=print)
+    before = sorted(p.name for p in other.iterdir())
+    for run_dir in ("gone", str(other)):
+        state["config"]["run"]["dir"] = run_dir
+        torch.save(state, tmp_path / "moved.pt")
+        cwd = tmp_path / f"cwd-{len(run_dir)}"
+        cwd.mkdir()
+        got = _shortlist_of(tmp_path / "moved.pt", tmp_path / "got.pt", cwd)
+        assert got.keys() == want.keys() and all(_same(got[k], want[k]) for k in want)
+        assert not list(cwd.iterdir()) and not (tmp_path / "gone").exists()
+    assert sorted(p.name for p in other.iterdir()) == before
+
+
+def _same(a: object, b: object) -> bool:
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
