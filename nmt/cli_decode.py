@@ -313,7 +313,9 @@ def eval_(
         typer.Option(
             "--output",
             "-o",
-            help="Write the hypotheses to FILE. Default: RUN_DIR/eval/SPLIT.beamK.hyp.",
+            help="Write the hypotheses to FILE. Default: RUN_DIR/eval/SPLIT.beamK.hyp for a "
+            "model in a run directory nmt made; none for a checkpoint elsewhere (its folder is "
+            "yours).",
         ),
     ] = None,
     progress: ProgressOpt = None,
@@ -372,8 +374,13 @@ def eval_(
             for score in report.scores.values():
                 typer.echo(score.line)
             rate = report.n / report.seconds if report.seconds > 0 else float("inf")
+            kept = (
+                f"hypotheses in {report.hypotheses}"
+                if report.hypotheses is not None
+                else "hypotheses not kept (the model is not in a run directory; -o FILE keeps them)"
+            )
             typer.echo(
                 f"{name}: {report.n} sentences, beam {report.beam}, {report.seconds:.1f} s "
-                f"({rate:.1f} sentences/s); hypotheses in {report.hypotheses}",
+                f"({rate:.1f} sentences/s); {kept}",
                 err=True,
             )

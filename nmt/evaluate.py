@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from nmt.errors import NmtError
 from nmt.files import write_lines
+from nmt.run_dir import made_by_nmt
 
 if TYPE_CHECKING:
     from nmt.config import Config
@@ -162,7 +163,8 @@ def choose_test_sets(
             f"{other_path}: its test sets are {other.data.src_lang}->"
             f"{other.data.tgt_lang}, but the model translates {pair[0]}->{pair[1]}"
         )
-    cache = run_dir / "data" / "hf" if run_dir else None
+    # the run's cache, in a run directory nmt made; else datasets' own (not the user's folder)
+    cache = run_dir / "data" / "hf" if run_dir is not None and made_by_nmt(run_dir) else None
     return test_sets(other or model_config, cache)
 
 
@@ -199,7 +201,7 @@ class EvalReport:
     seconds: float
     scores: dict[str, Score]  # "bleu" and/or "chrf"
     protocol: Protocol
-    hypotheses: Path
+    hypotheses: Path | None  # None: not kept (`default_hypotheses`)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -211,8 +213,18 @@ class EvalReport:
             "beam": self.beam,
             "seconds": round(self.seconds, 3),
             "sentences_per_s": round(self.n / self.seconds, 2) if self.seconds > 0 else None,
-            "hypotheses": str(self.hypotheses),
+            "hypotheses": None if self.hypotheses is None else str(self.hypotheses),
         }
+
+
+def default_hypotheses(run_dir: Path | None, split: str, beam: int) -> Path | None:
+    """Where `nmt eval` keeps the hypotheses when not told: `<run_dir>/eval/<split>.beamK.hyp`
+    in a run directory nmt made; None (not kept) for a checkpoint elsewhere, whose folder is
+    the user's."""
+    if run_dir is None or not made_by_nmt(run_dir):
+        return None
+    file = split.replace("/", ".")  # a corpus/split name stays one file in eval/
+    return run_dir / "eval" / f"{file}.beam{beam}.hyp"
 
 
 def evaluate_split(
@@ -230,7 +242,7 @@ def evaluate_split(
     progress: bool,
 ) -> EvalReport:
     """Translate `sources`, write the hypotheses (one a line) to `hyp_path`, by default
-    `<run_dir>/eval/<split>.beam<K>.hyp`, and score them against `references`."""
+    `default_hypotheses`'s, and score them against `references`."""
     if len(sources) != len(references):
         raise NmtError(
             f"{split}: {len(sources)} source lines but {len(references)} reference lines"
@@ -243,9 +255,9 @@ def evaluate_split(
     seconds = time.perf_counter() - start
     hyps = [t.text for t in out]
     if hyp_path is None:
-        file = split.replace("/", ".")  # a corpus/split name stays one file in eval/
-        hyp_path = (translator.run_dir or Path(".")) / "eval" / f"{file}.beam{beam}.hyp"
-    write_lines(hyp_path, hyps)
+        hyp_path = default_hypotheses(translator.run_dir, split, beam)
+    if hyp_path is not None:
+        write_lines(hyp_path, hyps)
     scores: dict[str, Score] = {}
     if "bleu" in metrics:
         lang = translator.config.data.tgt_lang

@@ -105,6 +105,13 @@ def is_run_dir(path: Path) -> bool:
     return any((path / name).exists() for name in (OWNER_MARK, *RUN_MARKERS))
 
 
+def made_by_nmt(path: Path) -> bool:
+    """Whether nmt made the directory `path` (its OWNER_MARK). Only there does a command
+    write files the user did not name (nmt eval's hypotheses, its data cache): a checkpoint
+    kept in a folder of the user's leaves that folder as it was."""
+    return (path / OWNER_MARK).is_file()
+
+
 def is_run_checkpoint_name(path: Path) -> bool:
     """Whether `path` is a name a run directory's training writes (last.pt, best.pt,
     step-N.pt) inside a run directory: an output there would replace a run's own file."""

@@ -15,6 +15,7 @@ from nmt.batching import collate
 from nmt.checkpoint import save_checkpoint
 from nmt.config import DATA_DIR_ENV, Config, load_config
 from nmt.model import build_model
+from nmt.run_dir import RunFiles
 from nmt.step import token_loss
 from nmt.tokenizer import train_or_load
 
@@ -124,6 +125,7 @@ def tiny_heads_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
 
 def _train_tiny(run_dir: Path, overrides: list[str]) -> TinyRun:
     cfg = load_config(TINY_CONFIG, [f"run.dir={run_dir}", f"data.dir={TINY_DATA}", *overrides])
+    RunFiles(run_dir, keep_last=1).adopt()  # a run directory nmt made, as `nmt train`'s is
     src, tgt = _lines(TINY_DATA / "train.en"), _lines(TINY_DATA / "train.fr")
     tok = train_or_load(cfg.tokenizer, run_dir, src, tgt, log=lambda _: None)
     torch.manual_seed(cfg.train.seed)

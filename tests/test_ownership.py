@@ -331,3 +331,21 @@ def test_long_values_are_shortened_in_error_messages(tmp_path):
     done = nmt("check-config", config, cwd=tmp_path)
     assert_refused(done, "decode.beam")
     assert len(done.stderr) < 300
+
+
+def test_eval_leaves_the_folder_of_a_checkpoint_kept_outside_a_run_alone(tiny_run, tmp_path):
+    """`nmt eval -m mine/model.pt`: the hypotheses went to mine/eval/, the data cache to
+    mine/data/ (a user's own eval/test.beam3.hyp there replaced). Now neither, unless -o."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    model = mine / "model.pt"
+    model.write_bytes(tiny_run.checkpoint.read_bytes())
+    keep = user_file(mine / "notes.txt")
+    done = nmt("eval", "-m", model, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert b"hypotheses not kept" in done.stderr and b"-o FILE" in done.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["model.pt", "notes.txt"] and keep.unchanged()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nor the working folder
+    # in the run directory nmt made, as before
+    assert nmt("eval", "-m", tiny_run.run_dir, cwd=tmp_path).returncode == 0
+    assert list((tiny_run.run_dir / "eval").glob("*.hyp"))
