@@ -25,11 +25,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from nmt.errors import NmtError
 from nmt.files import write_lines
-from nmt.run_dir import made_by_nmt
 
 if TYPE_CHECKING:
     from nmt.config import Config
@@ -164,7 +163,7 @@ def choose_test_sets(
             f"{other.data.tgt_lang}, but the model translates {pair[0]}->{pair[1]}"
         )
     # the run's cache, in a run directory nmt made; else datasets' own (not the user's folder)
-    cache = run_dir / "data" / "hf" if run_dir is not None and made_by_nmt(run_dir) else None
+    cache = run_dir / "data" / "hf" if _made_by_nmt(run_dir) else None
     return test_sets(other or model_config, cache)
 
 
@@ -217,11 +216,19 @@ class EvalReport:
         }
 
 
+def _made_by_nmt(run_dir: Path | None) -> TypeGuard[Path]:
+    """`nmt.run_dir.made_by_nmt`, imported when asked: that module brings torch, this one
+    stays light for what imports it only to score."""
+    from nmt.run_dir import made_by_nmt
+
+    return run_dir is not None and made_by_nmt(run_dir)
+
+
 def default_hypotheses(run_dir: Path | None, split: str, beam: int) -> Path | None:
     """Where `nmt eval` keeps the hypotheses when not told: `<run_dir>/eval/<split>.beamK.hyp`
     in a run directory nmt made; None (not kept) for a checkpoint elsewhere, whose folder is
     the user's."""
-    if run_dir is None or not made_by_nmt(run_dir):
+    if not _made_by_nmt(run_dir):
         return None
     file = split.replace("/", ".")  # a corpus/split name stays one file in eval/
     return run_dir / "eval" / f"{file}.beam{beam}.hyp"
