@@ -1,9 +1,10 @@
 """Give a checkpoint trained before the vocabulary shortlist one: the table is built from
 its run's own training data (the config stored in the checkpoint) in the checkpoint's own
 pieces, and written with the checkpoint to a new file. The run's cached splits are read
-where its folder still holds the checkpoint's tokenizer; otherwise (the folder gone, another
-run's, or relative to another working directory) the data is tokenized afresh in a
-temporary folder. Nothing is written but OUT.
+where its folder, one nmt made, still holds the checkpoint's tokenizer (a cache missing
+there is written back, as `nmt train` would); otherwise (the folder gone, another run's, or
+relative to another working directory) the data is tokenized afresh in a temporary folder.
+Nothing else is written but OUT.
 
     NMT_DATA_DIR=../shared/data .venv/bin/python scripts/add_shortlist.py \
         runs/general_en_fr/best.pt /tmp/with_shortlist.pt
@@ -26,16 +27,19 @@ from nmt.config import Config, apply_data_dir_env, config_from_dict
 from nmt.data import Split, prepare
 from nmt.errors import one_line
 from nmt.files import check_output, write_output
+from nmt.run_dir import made_by_nmt
 from nmt.shortlist import FREQUENT, PER_SOURCE, build_for
 from nmt.tokenizer import Tokenizer, TokenizerError
 
 
 def training_split(cfg: Config, tokenizer: Tokenizer, tmp: Path) -> Split:
     """The run's training split in `tokenizer`'s pieces: prepared in the run's folder where
-    that folder's tokenizer is this one (its cache is used), else in `tmp`, given it."""
+    nmt made it and its tokenizer is this one (its cache is used), else in `tmp`, given it."""
     try:
-        same = Tokenizer.load(cfg.run_dir).to_bytes() == tokenizer.to_bytes()
-    except TokenizerError:  # no tokenizer there: the folder is gone, or was never here
+        same = made_by_nmt(cfg.run_dir) and Tokenizer.load(cfg.run_dir).to_bytes() == (
+            tokenizer.to_bytes()
+        )
+    except TokenizerError:  # no tokenizer there
         same = False
     if not same:
         tokenizer.write(tmp)
