@@ -91,7 +91,6 @@ def _config(args: argparse.Namespace, spm_model: Path, home: Path) -> dict[str, 
         "tokenizer_type": "sentencepiece",
         "tokenizer_cfg": {"model_file": str(spm_model)},
     }
-    rnn = {"type": "recurrent", "rnn_type": "gru", "num_layers": 1, "dropout": 0.2}
     return {
         "name": "reference_rnn",
         "joeynmt_version": "2.3.0",
@@ -136,32 +135,38 @@ def _config(args: argparse.Namespace, spm_model: Path, home: Path) -> dict[str, 
             "label_smoothing": 0.0,
             "normalization": "tokens",
         },
-        "model": {
-            # the reference's U(-0.1, 0.1) for every parameter (OpenNMT-py's param_init 0.1);
-            # Joey's own defaults (Xavier, zero biases) learned far less in the first
-            # hundreds of updates (session 37)
-            "initializer": "uniform",
-            "init_weight": 0.1,
-            "embed_initializer": "uniform",
-            "embed_init_weight": 0.1,
-            "bias_initializer": "uniform",
-            "bias_init_weight": 0.1,
-            "tied_embeddings": False,
-            "tied_softmax": False,
-            "encoder": {
-                **rnn,
-                "hidden_size": 256,
-                "bidirectional": True,
-                "embeddings": {"embedding_dim": 256},
-            },
-            "decoder": {
-                **rnn,
-                "hidden_size": 512,
-                "hidden_dropout": 0.2,
-                "input_feeding": True,
-                "init_hidden": "last",
-                "attention": "bahdanau",
-                "embeddings": {"embedding_dim": 256},
-            },
+        "model": _model(),
+    }
+
+
+def _model() -> dict[str, Any]:
+    """The reference model's architecture and initialisation in Joey NMT's options."""
+    rnn = {"type": "recurrent", "rnn_type": "gru", "num_layers": 1, "dropout": 0.2}
+    return {
+        # the reference's U(-0.1, 0.1) for every parameter (OpenNMT-py's param_init 0.1);
+        # Joey's own defaults (Xavier, zero biases) learned far less in the first hundreds
+        # of updates (session 37)
+        "initializer": "uniform",
+        "init_weight": 0.1,
+        "embed_initializer": "uniform",
+        "embed_init_weight": 0.1,
+        "bias_initializer": "uniform",
+        "bias_init_weight": 0.1,
+        "tied_embeddings": False,
+        "tied_softmax": False,
+        "encoder": {
+            **rnn,
+            "hidden_size": 256,
+            "bidirectional": True,
+            "embeddings": {"embedding_dim": 256},
+        },
+        "decoder": {
+            **rnn,
+            "hidden_size": 512,
+            "hidden_dropout": 0.2,
+            "input_feeding": True,
+            "init_hidden": "last",
+            "attention": "bahdanau",
+            "embeddings": {"embedding_dim": 256},
         },
     }
