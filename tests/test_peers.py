@@ -13,6 +13,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 
 import pytest
@@ -524,3 +525,23 @@ def test_ctrl_c_ends_the_peer_a_run_started(tmp_path, when):
         + f"common.run(['sleep', '30'], log=Path({str(tmp_path / 'log')!r}))\n"
     )
     assert interrupted_start(str(ROOT / "scripts"), code, when) == "ended\n"
+
+
+def test_a_run_ends_its_peer_with_sigint_even_when_this_script_ignores_it(tmp_path):
+    """Started as `nohup compare_peers.py ... &` from a shell script, the script has SIGINT
+    ignored, and its children inherited that: the SIGINT that ends a peer's budget did
+    nothing, the peer trained on until killed 2 minutes later, and Joey NMT (which writes its
+    checkpoint on that SIGINT) left nothing to decode. The peer here writes a file on
+    KeyboardInterrupt, as Joey writes its checkpoint."""
+    said = tmp_path / "interrupted"
+    peer = (
+        "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+        f"    open({str(said)!r}, 'w').write('saved')\n"
+    )
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        started = time.monotonic()
+        common.run([sys.executable, "-c", peer], log=tmp_path / "log", minutes=1 / 60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert said.read_text() == "saved" and time.monotonic() - started < 30

@@ -67,7 +67,12 @@ def run(cmd: list[str], *, log: Path, env: dict[str, str] | None = None, minutes
     with log.open("w") as out, contextlib.ExitStack() as owned:
         with signals.held(block=False):  # a Ctrl-C while it starts: raised once it is owned
             proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_sigint_default,
             )
             owned.push(lambda *exc: _killed(proc) if exc[0] else None)
         status, usage, interrupted_at = _wait(proc.pid, minutes)
@@ -76,6 +81,15 @@ def run(cmd: list[str], *, log: Path, env: dict[str, str] | None = None, minutes
         tail = log.read_text(errors="replace")[-2000:]
         raise SystemExit(f"{' '.join(cmd[:3])} ... failed ({proc.returncode}); {log}:\n{tail}")
     return usage.ru_maxrss * 1024
+
+
+def _sigint_default() -> None:
+    """In the child, before it runs: SIGINT at its default, whatever this script inherited.
+    `run` ends a peer's budget with SIGINT, as Ctrl-C; started with SIGINT ignored (this
+    script run as `nohup ... &` from a shell script, which ignores it for background
+    commands) a peer trained on until killed two minutes later, and Joey NMT, which writes
+    its checkpoint on that SIGINT, left none to decode."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _killed(proc: subprocess.Popen) -> None:
