@@ -31,6 +31,7 @@ import statistics
 import time
 import traceback
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,30 @@ def _site() -> str:
     return "torch"
 
 
-def _arguments() -> argparse.Namespace:
+def _fused_lever(part: str) -> Callable[[torch.nn.Module], Callable[[bool], None]]:
+    """The lever of the model's encoder or decoder hand-written loop (`fused`)."""
+
+    def lever(model: torch.nn.Module) -> Callable[[bool], None]:
+        return lambda on: setattr(getattr(model, part), "fused", on)
+
+    return lever
+
+
+def _onednn_lever(model: torch.nn.Module) -> Callable[[bool], None]:
+    return lambda on: setattr(onednn, "enabled", on)
+
+
+# --paired's levers: name -> a function of the model that gives the lever's switch. A script
+# measuring a lever that is not in nmt adds its own before calling `main`
+# (scripts/bench_fused_scorer.py).
+LEVERS: dict[str, Callable[[torch.nn.Module], Callable[[bool], None]]] = {
+    "encoder": _fused_lever("encoder"),
+    "decoder": _fused_lever("decoder"),
+    "onednn": _onednn_lever,
+}
+
+
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("config")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -162,16 +186,17 @@ def _arguments() -> argparse.Namespace:
     )
     ap.add_argument(
         "--paired",
-        choices=["encoder", "decoder", "onednn"],
+        choices=list(LEVERS),
         help="time each batch with a lever off and on (order alternating) instead: the "
         "encoder's or the decoder's hand-written loop, or float32 products through oneDNN "
-        "(nmt.onednn); both rates and the median per-batch speed-up",
+        "(nmt.onednn), or a lever a script adds (bench_fused_scorer.py); both rates and the "
+        "median per-batch speed-up",
     )
-    return ap.parse_args()
+    return ap.parse_args(argv)
 
 
-def main() -> None:
-    args = _arguments()
+def main(argv: list[str] | None = None) -> None:
+    args = arguments(argv)
 
     cfg = load_config(args.config, overrides=args.set)
     device = resolve_device(cfg.train.device)
@@ -233,7 +258,7 @@ def main() -> None:
         _in_place(step, batches[3 + args.steps :], precision, args.top)
         return
     if args.paired:
-        switch = _lever(ts.model, args.paired)
+        switch = LEVERS[args.paired](ts.model)
         _paired(step, args.paired, switch, batches[3 : 3 + args.steps], precision)
         return
     rates = []
@@ -250,18 +275,6 @@ def main() -> None:
 
     if args.profile_steps:  # 0: the rate alone (alternated before/after comparisons)
         _profile(step, batches[3 + args.steps :], device, args.top)
-
-
-def _lever(model: torch.nn.Module, name: str):
-    """A function that turns the lever `name` (--paired) on or off."""
-
-    def switch(on: bool) -> None:
-        if name == "onednn":
-            onednn.enabled = on
-        else:
-            getattr(model, name).fused = on
-
-    return switch
 
 
 def _paired(step, name: str, switch, batches: list, precision: str) -> None:

@@ -1,0 +1,283 @@
+"""The concat scorer of the teacher-forced decoder loop fused by hand, measured: one of issue
+25's levers ("fewer, larger operators by hand"), kept out of nmt.
+
+Each step of `nmt.recurrence`'s loop runs the additive scorer over a (B, S, A) tensor: the
+forward as an add, a sigmoid and a matrix-vector product (three passes), the backward as
+σ'(·), a sum over S, an accumulation and a matrix-vector product (four). Here both are one C++
+pass each (`KERNELS`), compiled at run time by `torch.utils.cpp_extension` into a temporary
+folder (removed at exit), and swapped into the loop in place of those operators. The script
+first checks that the fused loop gives the loop's outputs and gradients, then times the
+scorer alone at the reference shapes, then (given a config) each real training batch with
+the kernel off and on, in alternating order (`scripts/profile_step.py --paired`).
+
+    .venv/bin/python scripts/bench_fused_scorer.py [configs/reference_rnn.yaml \
+        --set data.root=../shared/data --checkpoint RUN/step-1000.pt --precision fp32 \
+        --steps 100]
+
+Why not in nmt (docs/benchmarks.md, session 38): on 2 cores of a Xeon with AMX it made the
+step 3.0 % faster in fp32 and 4.1 % in bf16, for a C++ compiler at install or first use and
+half a minute of compiling. Needs g++ (or the compiler torch's extensions use). Only one
+benchmark at a time on a small machine: two at once make both figures wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import profile_step
+import torch
+from argtypes import whole, wholes
+from torch import Tensor
+
+from nmt import onednn
+from nmt import recurrence as rec
+from nmt.attention import additive_hidden, from_sigmoid, masked_softmax
+from nmt.config import load_config
+from nmt.errors import one_line
+from nmt.gru_cell import sigmoid_backward
+
+# sig = σ(2qp + 2k) (B, S, A), the form the loop keeps (`nmt.attention.additive_hidden`), and
+# scores = 2 vᵀsig − Σv (B, S) = vᵀ tanh(qp + k), in one pass over (B, S, A). The backward
+# from the scores' gradient ds (B, S): slope = ds σ(1 − σ) added into the keys' gradient
+# (summed over steps; `first` writes it), d_qp = 4v ⊙ Σ_s slope (B, A) returned, and
+# d_v += 2 sigᵀds − Σds, in one pass. Rows are split over ATen's threads (OpenMP).
+KERNELS = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <cmath>
+
+std::vector<torch::Tensor> fwd(torch::Tensor qp, torch::Tensor keys, torch::Tensor v, double vsum) {
+  const int64_t S = keys.size(1), A = keys.size(2), rows = keys.size(0) * S;
+  auto sig = torch::empty_like(keys);
+  auto scores = torch::empty({keys.size(0), S}, keys.options());
+  const float *q = qp.data_ptr<float>(), *k = keys.data_ptr<float>(), *vv = v.data_ptr<float>();
+  float *sg = sig.data_ptr<float>(), *sc = scores.data_ptr<float>();
+  at::parallel_for(0, rows, 8, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float *qr = q + (i / S) * A, *kr = k + i * A;
+      float *o = sg + i * A, acc = 0.f;
+      for (int64_t a = 0; a < A; ++a) o[a] = 1.f / (1.f + expf(-2.f * (qr[a] + kr[a])));
+      for (int64_t a = 0; a < A; ++a) acc += vv[a] * o[a];
+      sc[i] = 2.f * acc - (float)vsum;
+    }
+  });
+  return {sig, scores};
+}
+
+torch::Tensor bwd(torch::Tensor ds, torch::Tensor sig, torch::Tensor dk, torch::Tensor dv,
+                  torch::Tensor v4, bool first) {
+  const int64_t B = sig.size(0), S = sig.size(1), A = sig.size(2);
+  auto dqp = torch::zeros({B, A}, sig.options());
+  auto part = torch::zeros({at::get_num_threads(), A}, sig.options());  // each thread's Σ ds σ
+  const float *d = ds.data_ptr<float>(), *sg = sig.data_ptr<float>(), *f = v4.data_ptr<float>();
+  float *k = dk.data_ptr<float>(), *dq = dqp.data_ptr<float>(), *pp = part.data_ptr<float>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    float *p = pp + at::get_thread_num() * A;
+    for (int64_t b = lo; b < hi; ++b) {
+      float *out = dq + b * A;
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t i = b * S + s;
+        const float g = d[i], *sr = sg + i * A;
+        float *kr = k + i * A;
+        for (int64_t a = 0; a < A; ++a) {
+          const float x = sr[a], slope = g * x * (1.f - x);
+          kr[a] = first ? slope : kr[a] + slope;
+          out[a] += slope;
+          p[a] += g * x;
+        }
+      }
+      for (int64_t a = 0; a < A; ++a) out[a] *= f[a];
+    }
+  });
+  dv.add_(part.sum(0), 2).sub_(ds.sum());
+  return dqp;
+}
+"""
+
+
+def compiled(build: str) -> Any:
+    """The kernels, compiled into `build`; a one-line exit where no compiler can."""
+    from torch.utils.cpp_extension import load_inline
+
+    flags = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
+    try:
+        return load_inline(
+            "nmt_fused_scorer",
+            cpp_sources=KERNELS,
+            functions=["fwd", "bwd"],
+            extra_cflags=flags,
+            extra_ldflags=["-fopenmp"],
+            build_directory=build,
+        )
+    except (RuntimeError, OSError) as e:
+        first = (str(e).strip().splitlines() or ["no message"])[0]
+        raise SystemExit(f"error: the fused scorer needs a C++ compiler: {first}") from None
+
+
+class Lever:
+    """The fused kernels swapped into `nmt.recurrence._Run` for a global concat scorer while
+    `on`; the loop's own operators otherwise (and for every other scorer)."""
+
+    def __init__(self, ext: Any) -> None:
+        self.ext, self.on = ext, False
+        self.attend, self.attend_back = rec._Run._attend, rec._Run._attend_back
+        rec._Run._attend, rec._Run._attend_back = self._attend(), self._attend_back()
+
+    def switch(self, on: bool) -> None:
+        self.on = on
+
+    def _applies(self, run: rec._Run) -> bool:
+        return self.on and run.w_q is not None and run.scope == "global"
+
+    def _attend(self) -> Callable:
+        def attend(run: rec._Run, q: Tensor, t: int, s: dict[str, Tensor]) -> tuple:
+            if not self._applies(run):
+                return self.attend(run, q, t, s)
+            assert run.v is not None and run.v_sum is not None and run.w_q is not None
+            qp = onednn.product(run.cdt, q, run.w_q, run.b_q).contiguous()  # (B, A)
+            keys = run.keys.contiguous()  # (B, S, A)
+            s["sig"], scores = self.ext.fwd(qp, keys, run.v.contiguous(), float(run.v_sum))
+            alpha = masked_softmax(scores, run.mask)  # (B, S)
+            context = torch.bmm(alpha.unsqueeze(1), run.values).squeeze(1)  # (B, Dv)
+            s["q"], s["alpha"] = q, alpha
+            return context, alpha
+
+        return attend
+
+    def _attend_back(self) -> Callable:
+        def attend_back(run: rec._Run, dc: Tensor, g_alpha: Any, s: dict, acc: dict) -> Tensor:
+            if not self._applies(run):
+                return self.attend_back(run, dc, g_alpha, s, acc)
+            assert run.w_q is not None and run.v4 is not None
+            alpha = s["alpha"]
+            d_alpha = rec.row_dots(run.values, dc)  # (B, S)
+            if g_alpha is not None:
+                d_alpha = d_alpha + g_alpha
+            ds = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))  # (B, S)
+            acc["dc"].append(dc)
+            first = not acc["d_keys"]
+            if first:  # the sums over steps, written by the kernel from the last step on
+                acc["d_keys"].append(torch.empty_like(s["sig"]))  # (B, S, A)
+                acc["d_v"].append(ds.new_zeros(s["sig"].size(2)))  # (A,)
+            keys_grad, v_grad = acc["d_keys"][0], acc["d_v"][0]
+            d_qp = self.ext.bwd(ds.contiguous(), s["sig"], keys_grad, v_grad, run.v4, first)
+            acc["d_qp"].append(d_qp)  # (B, A)
+            return run._mm(d_qp, run.w_q.t())  # (B, H)
+
+        return attend_back
+
+
+def check(lever: Lever) -> None:
+    """The loop with the kernels against without, on a small batch with padding: outputs,
+    attention weights and every gradient; exit 1 past a float32 tolerance."""
+    torch.manual_seed(0)
+    B, T, S, H, A = 8, 6, 7, 32, 24
+
+    def leaf(*shape: int) -> Tensor:
+        return (torch.randn(*shape) * 0.3).requires_grad_()
+
+    gi, h0, keys, values = leaf(B, T, 3 * H), leaf(B, H), leaf(B, S, A), leaf(B, S, H)
+    w_ir, w_hh, b_hh, w_c, b_c = (
+        leaf(3 * H, H),
+        leaf(3 * H, H),
+        leaf(3 * H),
+        leaf(H, 2 * H),
+        leaf(H),
+    )
+    scorer = rec.Scorer(w_q=leaf(A, H), b_q=leaf(A), v=leaf(1, A))
+    mask = torch.ones(B, S, dtype=torch.bool)
+    mask[0, 5:] = False
+    leaves = [gi, h0, w_ir, w_hh, b_hh, w_c, b_c, scorer.w_q, scorer.b_q, scorer.v, keys, values]
+    found = []
+    for on in (False, True):
+        lever.switch(on)
+        out, alpha = rec.decoder_loop(
+            gi_emb=gi, h0=h0, w_ir=w_ir, w_hh=w_hh, b_hh=b_hh, w_c=w_c, b_c=b_c,
+            scorer=scorer, keys=keys, values=values, mask=mask,
+        )  # fmt: skip
+        grads = torch.autograd.grad(out.sin().sum() + alpha.square().sum(), leaves)
+        found.append([out.detach(), alpha.detach(), *grads])
+    lever.switch(False)
+    worst = max(float((a - b).abs().max()) for a, b in zip(*found, strict=True))
+    print(f"fused against the loop's operators: largest difference {worst:.2e}")
+    if worst > 1e-4:
+        raise SystemExit("error: the fused scorer does not give the loop's values")
+
+
+def _us(fn: Callable[[], Any], calls: int) -> float:
+    """The best of five means of `calls` calls, in µs."""
+    for _ in range(20):
+        fn()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def scorer_alone(lever: Lever, rows: int, length: int, hidden: int, threads: list[int]) -> None:
+    """One step's scorer, forward and backward, with the loop's operators and fused."""
+    torch.manual_seed(0)
+    qp, keys = torch.randn(rows, hidden), torch.randn(rows, length, hidden)
+    v = torch.randn(hidden) * 0.1
+    v_sum, v4, ds = v.sum(), 4 * v, torch.randn(rows, length)
+    d_keys, d_v = torch.zeros_like(keys), torch.zeros(hidden)
+    sig = lever.ext.fwd(qp, keys, v, float(v_sum))[0]
+
+    def ops_forward() -> Any:
+        sig, _ = additive_hidden(qp.unsqueeze(1), keys)  # (B, S, A)
+        return from_sigmoid(sig @ v, v_sum)
+
+    def ops_backward() -> Any:  # as `_Run._attend_back` after the first step
+        slope = sigmoid_backward(ds.unsqueeze(2), sig)  # (B, S, A)
+        d_keys.add_(slope)
+        d_v.addmv_(sig.flatten(0, 1).t(), ds.flatten(), alpha=2).sub_(ds.sum())
+        return slope.sum(1) * v4
+
+    cases = {
+        "forward": (ops_forward, lambda: lever.ext.fwd(qp, keys, v, float(v_sum))),
+        "backward": (ops_backward, lambda: lever.ext.bwd(ds, sig, d_keys, d_v, v4, False)),
+    }
+    print(f"one step's scorer at {rows} × {length} × {hidden}, µs (operators / fused):")
+    for n in threads:
+        torch.set_num_threads(n)
+        said = [f"{k} {_us(a, 300):.0f} / {_us(b, 300):.0f}" for k, (a, b) in cases.items()]
+        print(f"  {n} thread{'s' if n > 1 else ''}: " + ", ".join(said))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="Any other arguments go to scripts/profile_step.py (a config first), which then "
+        "times each batch with the kernel off and on.",
+    )
+    ap.add_argument("--rows", type=whole(1), default=64, help="sentences a batch")
+    ap.add_argument("--length", type=whole(1), default=15, help="source positions")
+    ap.add_argument("--hidden", type=whole(1), default=512, help="the scorer's A")
+    ap.add_argument("--threads", type=wholes(1), default="1,2")
+    args, step_args = ap.parse_known_args()
+    levers: list[Lever] = []  # the one, once compiled
+    step_argv = [*step_args, "--paired", "fused-scorer"]
+    if step_args:  # the step's arguments and config checked before half a minute of compiling
+        profile_step.LEVERS["fused-scorer"] = lambda model: levers[0].switch
+        step = profile_step.arguments(step_argv)
+        load_config(step.config, overrides=step.set)
+    threads = torch.get_num_threads()
+    with tempfile.TemporaryDirectory(prefix="nmt-fused-scorer-") as build:
+        levers.append(Lever(compiled(build)))
+    check(levers[0])
+    scorer_alone(levers[0], args.rows, args.length, args.hidden, args.threads)
+    torch.set_num_threads(threads)
+    if step_args:
+        profile_step.main(step_argv)
+
+
+if __name__ == "__main__":
+    with one_line():  # a config, checkpoint or data problem
+        main()
