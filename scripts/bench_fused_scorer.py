@@ -39,6 +39,7 @@ from nmt.attention import additive_hidden, from_sigmoid, masked_softmax
 from nmt.config import load_config
 from nmt.errors import one_line
 from nmt.gru_cell import sigmoid_backward
+from nmt.runtime import resolve_device
 
 # sig = σ(2qp + 2k) (B, S, A), the form the loop keeps (`nmt.attention.additive_hidden`), and
 # scores = 2 vᵀsig − Σv (B, S) = vᵀ tanh(qp + k), in one pass over (B, S, A). The backward
@@ -267,7 +268,11 @@ def main() -> None:
     if step_args:  # the step's arguments and config checked before half a minute of compiling
         profile_step.LEVERS["fused-scorer"] = lambda model: levers[0].switch
         step = profile_step.arguments(step_argv)
-        load_config(step.config, overrides=step.set)
+        device = resolve_device(load_config(step.config, overrides=step.set).train.device)
+        if device.type != "cpu":  # the kernels read CPU memory
+            raise SystemExit(
+                f"error: the fused scorer runs on the CPU, not {device}: add --set train.device=cpu"
+            )
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="nmt-fused-scorer-") as build:
         levers.append(Lever(compiled(build)))
