@@ -13,19 +13,28 @@ the kernel off and on, in alternating order (`scripts/profile_step.py --paired`)
     .venv/bin/python scripts/bench_fused_scorer.py [configs/reference_rnn.yaml \
         --set data.root=../shared/data --checkpoint RUN/step-1000.pt --precision fp32 \
         --steps 100]
+    .venv/bin/python scripts/bench_fused_scorer.py --decode RUN/step-1000.pt \
+        --src ../shared/data/multi30k/test_2016_flickr.en [--beams 1,5] [--workers 2]
+
+`--decode` instead times decoding a file (int8, in worker processes, as compare_peers.py's
+--int8 rows) with decoding's scorer vᵀ tanh(q + k) in one pass (`dec`) and without,
+alternated.
 
 Why not in nmt (docs/benchmarks.md, session 38): on 2 cores of a Xeon with AMX it made the
-step 3.0 % faster in fp32 and 4.1 % in bf16, for a C++ compiler at install or first use and
-half a minute of compiling. Needs g++ (or the compiler torch's extensions use). Only one
-benchmark at a time on a small machine: two at once make both figures wrong.
+training step 3 % faster in fp32 and 4-5 % in bf16, and decoding 0-6 %, for a C++ compiler
+at install or first use and half a minute of compiling. Needs g++ (or the compiler torch's
+extensions use). Only one benchmark at a time on a small machine: two at once make both
+figures wrong.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import profile_step
@@ -35,11 +44,13 @@ from torch import Tensor
 
 from nmt import onednn
 from nmt import recurrence as rec
-from nmt.attention import additive_hidden, from_sigmoid, masked_softmax
+from nmt.attention import ConcatAttention, additive_hidden, from_sigmoid, masked_softmax
 from nmt.config import load_config
 from nmt.errors import one_line
+from nmt.files import read_lines
 from nmt.gru_cell import sigmoid_backward
 from nmt.runtime import resolve_device
+from nmt.translate import Translator
 
 # sig = σ(2qp + 2k) (B, S, A), the form the loop keeps (`nmt.attention.additive_hidden`), and
 # scores = 2 vᵀsig − Σv (B, S) = vᵀ tanh(qp + k), in one pass over (B, S, A). The backward
@@ -97,6 +108,26 @@ torch::Tensor bwd(torch::Tensor ds, torch::Tensor sig, torch::Tensor dk, torch::
   dv.add_(part.sum(0), 2).sub_(ds.sum());
   return dqp;
 }
+
+// Decoding, no gradient: scores[r, s] = vᵀ tanh(q[r] + keys[r / group, s]) (R, S), as
+// Σv − 2 Σ v / (1 + exp(2x)); `group` rows of q a sentence (a beam's hypotheses).
+torch::Tensor dec(torch::Tensor q, torch::Tensor keys, torch::Tensor v, int64_t group) {
+  const int64_t R = q.size(0), S = keys.size(1), A = keys.size(2);
+  auto scores = torch::empty({R, S}, q.options());
+  const float *qq = q.data_ptr<float>(), *k = keys.data_ptr<float>(), *vv = v.data_ptr<float>();
+  float *sc = scores.data_ptr<float>(), vsum = 0.f;
+  for (int64_t a = 0; a < A; ++a) vsum += vv[a];
+  at::parallel_for(0, R * S, 8, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t r = i / S;
+      const float *qr = qq + r * A, *kr = k + ((r / group) * S + i % S) * A;
+      float acc = 0.f;
+      for (int64_t a = 0; a < A; ++a) acc += vv[a] / (1.f + expf(2.f * (qr[a] + kr[a])));
+      sc[i] = vsum - 2.f * acc;
+    }
+  });
+  return scores;
+}
 """
 
 
@@ -109,7 +140,7 @@ def compiled(build: str) -> Any:
         return load_inline(
             "nmt_fused_scorer",
             cpp_sources=KERNELS,
-            functions=["fwd", "bwd"],
+            functions=["fwd", "bwd", "dec"],
             extra_cflags=flags,
             extra_ldflags=["-fopenmp"],
             build_directory=build,
@@ -120,16 +151,32 @@ def compiled(build: str) -> Any:
 
 
 class Lever:
-    """The fused kernels swapped into `nmt.recurrence._Run` for a global concat scorer while
-    `on`; the loop's own operators otherwise (and for every other scorer)."""
+    """The fused kernels swapped in while `on`: into `nmt.recurrence._Run` for a global concat
+    scorer (training), and into `ConcatAttention` for decoding in float32 on the CPU; the
+    operators otherwise (and for every other scorer)."""
 
     def __init__(self, ext: Any) -> None:
         self.ext, self.on = ext, False
         self.attend, self.attend_back = rec._Run._attend, rec._Run._attend_back
         rec._Run._attend, rec._Run._attend_back = self._attend(), self._attend_back()
+        self.hidden_scores = ConcatAttention._hidden_scores
+        ConcatAttention._hidden_scores = self._hidden_scores()
 
     def switch(self, on: bool) -> None:
         self.on = on
+
+    def _hidden_scores(self) -> Callable:
+        def hidden_scores(att: ConcatAttention, q: Tensor, keys: Tensor) -> tuple[Tensor, bool]:
+            floats = q.dtype == keys.dtype == torch.float32 and q.device.type == "cpu"
+            if not (self.on and floats and not torch.is_grad_enabled()):
+                return self.hidden_scores(att, q, keys)
+            B, T, A = q.shape  # (B, T, A) against keys (B', S, A): B·T / B' rows a sentence
+            v = att.v.weight.reshape(-1).float().contiguous()  # (A,)
+            rows = q.reshape(B * T, A).contiguous()
+            scores = self.ext.dec(rows, keys.contiguous(), v, B * T // keys.size(0))
+            return scores.view(B, T, -1), False  # (B, T, S) of tanh, not σ
+
+        return hidden_scores
 
     def _applies(self, run: rec._Run) -> bool:
         return self.on and run.w_q is not None and run.scope == "global"
@@ -252,6 +299,37 @@ def scorer_alone(lever: Lever, rows: int, length: int, hidden: int, threads: lis
         print(f"  {n} thread{'s' if n > 1 else ''}: " + ", ".join(said))
 
 
+def decoding(lever: Lever, tr: Translator, lines: list[str], beams: list[int], pairs: int) -> None:
+    """`lines` decoded whole by `tr` with the kernel off and on, in alternating order: the
+    medians, the median per-pair ratio, and how many translations the kernel's rounding
+    changed."""
+    workers = tr.workers
+
+    def texts(beam: int) -> list[str]:
+        return [h.text for h in tr.translate(lines, beam=beam, batch_size=64)]
+
+    for beam in beams:
+        found = {}
+        for on in (False, True):
+            lever.switch(on)
+            found[on] = texts(beam)
+        changed = sum(a != b for a, b in zip(found[False], found[True], strict=True))
+        seconds: dict[bool, list[float]] = {False: [], True: []}
+        for i in range(pairs):
+            for on in (True, False) if i % 2 else (False, True):
+                lever.switch(on)
+                start = time.perf_counter()
+                texts(beam)
+                seconds[on].append(time.perf_counter() - start)
+        ratios = [a / b for a, b in zip(seconds[False], seconds[True], strict=True)]
+        off, on = (statistics.median(seconds[k]) for k in (False, True))
+        print(
+            f"beam {beam}, {workers} worker(s), {pairs} pairs: operators {off:.3f} s, fused "
+            f"{on:.3f} s; per pair {statistics.median(ratios):.3f}x ({min(ratios):.3f}-"
+            f"{max(ratios):.3f}); {changed} of {len(lines)} translations changed"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
@@ -262,7 +340,14 @@ def main() -> None:
     ap.add_argument("--length", type=whole(1), default=15, help="source positions")
     ap.add_argument("--hidden", type=whole(1), default=512, help="the scorer's A")
     ap.add_argument("--threads", type=wholes(1), default="1,2")
+    ap.add_argument("--decode", type=Path, metavar="CHECKPOINT", help="time decoding instead")
+    ap.add_argument("--src", type=Path, help="--decode's source file")
+    ap.add_argument("--beams", type=wholes(1), default="1,5")
+    ap.add_argument("--workers", type=whole(1), default=2, help="--decode's processes")
+    ap.add_argument("--pairs", type=whole(1), default=8, help="--decode's alternated pairs")
     args, step_args = ap.parse_known_args()
+    if args.decode and (step_args or not args.src):
+        ap.error("--decode takes --src FILE, and no training step's arguments")
     levers: list[Lever] = []  # the one, once compiled
     step_argv = [*step_args, "--paired", "fused-scorer"]
     if step_args:  # the step's arguments and config checked before half a minute of compiling
@@ -273,13 +358,18 @@ def main() -> None:
             raise SystemExit(
                 f"error: the fused scorer runs on the CPU, not {device}: add --set train.device=cpu"
             )
+    if args.decode:  # the model and the file read before compiling; int8 as compare_peers'
+        lines = read_lines(args.src)
+        tr = Translator.from_checkpoint(args.decode, "cpu", int8=True, workers=args.workers)
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="nmt-fused-scorer-") as build:
         levers.append(Lever(compiled(build)))
     check(levers[0])
     scorer_alone(levers[0], args.rows, args.length, args.hidden, args.threads)
     torch.set_num_threads(threads)
-    if step_args:
+    if args.decode:
+        decoding(levers[0], tr, lines, args.beams, args.pairs)
+    elif step_args:
         profile_step.main(step_argv)
 
 

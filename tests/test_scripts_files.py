@@ -128,6 +128,7 @@ def test_attention_study_and_the_page_shot_check_their_outputs_first(tmp_path: P
         ["bench_loss.py", "--smoothing", "1.5"],
         ["bench_fused_scorer.py", "--rows", "0"],
         ["bench_fused_scorer.py", "configs/reference_rnn.yaml", "--steps", "0"],
+        ["bench_fused_scorer.py", "--decode", "model.pt"],  # and no --src
         ["attention_study.py", "--seeds", "0"],
         ["names_set.py", "model", "runs/x", "--beam", "0"],
         ["load_test.py", "--clients", "0"],
