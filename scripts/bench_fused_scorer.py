@@ -221,7 +221,8 @@ class Lever:
 
 def check(lever: Lever) -> None:
     """The loop with the kernels against without, on a small batch with padding: outputs,
-    attention weights and every gradient; exit 1 past a float32 tolerance."""
+    attention weights and every gradient, and decoding's scores; exit 1 past a float32
+    tolerance."""
     torch.manual_seed(0)
     B, T, S, H, A = 8, 6, 7, 32, 24
 
@@ -248,12 +249,22 @@ def check(lever: Lever) -> None:
             scorer=scorer, keys=keys, values=values, mask=mask,
         )  # fmt: skip
         grads = torch.autograd.grad(out.sin().sum() + alpha.square().sum(), leaves)
-        found.append([out.detach(), alpha.detach(), *grads])
+        found.append([out.detach(), alpha.detach(), *grads, *_decoding_scores(H, A)])
     lever.switch(False)
     worst = max(float((a - b).abs().max()) for a, b in zip(*found, strict=True))
     print(f"fused against the loop's operators: largest difference {worst:.2e}")
     if worst > 1e-4:
         raise SystemExit("error: the fused scorer does not give the loop's values")
+
+
+def _decoding_scores(H: int, A: int) -> list[Tensor]:
+    """A concat scorer's decoding scores (no gradient): a greedy step's (B, 1, S) and a beam's
+    three hypotheses a sentence sharing its keys (B, 3, S)."""
+    torch.manual_seed(1)
+    att = ConcatAttention(query_size=H, key_size=H, hidden_size=A)
+    keys = att.project_keys(torch.randn(4, 7, H))  # (B, S, A)
+    with torch.inference_mode():
+        return [att.score(torch.randn(4, rows, H), keys) for rows in (1, 3)]
 
 
 def _us(fn: Callable[[], Any], calls: int) -> float:
