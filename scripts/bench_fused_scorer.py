@@ -1,18 +1,20 @@
-"""The concat scorer of the teacher-forced decoder loop fused by hand, measured: one of issue
+"""The training loops' concat scorer (and GRU gates) fused by hand, measured: one of issue
 25's levers ("fewer, larger operators by hand"), kept out of nmt.
 
 Each step of `nmt.recurrence`'s loop runs the additive scorer over a (B, S, A) tensor: the
 forward as an add, a sigmoid and a matrix-vector product (three passes), the backward as
 σ'(·), a sum over S, an accumulation and a matrix-vector product (four). Here both are one C++
-pass each (`KERNELS`), compiled at run time by `torch.utils.cpp_extension` into a temporary
-folder (removed at exit), and swapped into the loop in place of those operators. The script
-first checks that the fused loop gives the loop's outputs and gradients, then times the
-scorer alone at the reference shapes, then (given a config) each real training batch with
-the kernel off and on, in alternating order (`scripts/profile_step.py --paired`).
+pass each (`scripts/fused_kernels.py`), compiled at run time into a temporary folder (removed
+at exit), and swapped into the loop in place of those operators; with `--parts
+scorer,gates` the GRU gates' five operators a step (forward) and seven (backward) are one
+pass each too, in both the decoder's and the encoder's loops. The script first checks that
+the fused loops give the loops' outputs and gradients, then times the scorer alone at the
+reference shapes, then (given a config) each real training batch with the kernels off and
+on, in alternating order (`scripts/profile_step.py --paired`).
 
-    .venv/bin/python scripts/bench_fused_scorer.py [configs/reference_rnn.yaml \
-        --set data.root=../shared/data --checkpoint RUN/step-1000.pt --precision fp32 \
-        --steps 100]
+    .venv/bin/python scripts/bench_fused_scorer.py [--parts scorer,gates] \
+        [configs/reference_rnn.yaml --set data.root=../shared/data \
+        --checkpoint RUN/step-1000.pt --precision fp32 --steps 100]
     .venv/bin/python scripts/bench_fused_scorer.py --decode RUN/step-1000.pt \
         --src ../shared/data/multi30k/test_2016_flickr.en [--beams 1,5] [--workers 2]
 
@@ -20,11 +22,11 @@ the kernel off and on, in alternating order (`scripts/profile_step.py --paired`)
 --int8 rows) with decoding's scorer vᵀ tanh(q + k) in one pass (`dec`) and without,
 alternated.
 
-Why not in nmt (docs/benchmarks.md, session 38): on 2 cores of a Xeon with AMX it made the
-training step 3 % faster in fp32 and 4-5 % in bf16, and decoding 0-6 %, for a C++ compiler
-at install or first use and half a minute of compiling. Needs g++ (or the compiler torch's
-extensions use). Only one benchmark at a time on a small machine: two at once make both
-figures wrong.
+Why not in nmt (docs/benchmarks.md, session 38): on 2 cores of a Xeon with AMX the scorer
+made the training step 3 % faster in fp32 and 4-5 % in bf16 (the gates too: 3.6 % and
+5.4 %), and decoding 0-6 %, for a C++ compiler at install or first use and half a minute of
+compiling. Needs g++ (or the compiler torch's extensions use). Only one benchmark at a time
+on a small machine: two at once make both figures wrong.
 """
 
 from __future__ import annotations
@@ -40,114 +42,18 @@ from typing import Any
 import profile_step
 import torch
 from argtypes import whole, wholes
+from fused_kernels import compiled
 from torch import Tensor
 
-from nmt import onednn
+from nmt import encoder_loop, onednn
 from nmt import recurrence as rec
 from nmt.attention import ConcatAttention, additive_hidden, from_sigmoid, masked_softmax
 from nmt.config import load_config
 from nmt.errors import one_line
 from nmt.files import read_lines
-from nmt.gru_cell import sigmoid_backward
+from nmt.gru_cell import gru_gates, gru_gates_back, sigmoid_backward
 from nmt.runtime import resolve_device
 from nmt.translate import Translator
-
-# sig = σ(2qp + 2k) (B, S, A), the form the loop keeps (`nmt.attention.additive_hidden`), and
-# scores = 2 vᵀsig − Σv (B, S) = vᵀ tanh(qp + k), in one pass over (B, S, A). The backward
-# from the scores' gradient ds (B, S): slope = ds σ(1 − σ) added into the keys' gradient
-# (summed over steps; `first` writes it), d_qp = 4v ⊙ Σ_s slope (B, A) returned, and
-# d_v += 2 sigᵀds − Σds, in one pass. Rows are split over ATen's threads (OpenMP).
-KERNELS = r"""
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
-#include <cmath>
-
-std::vector<torch::Tensor> fwd(torch::Tensor qp, torch::Tensor keys, torch::Tensor v, double vsum) {
-  const int64_t S = keys.size(1), A = keys.size(2), rows = keys.size(0) * S;
-  auto sig = torch::empty_like(keys);
-  auto scores = torch::empty({keys.size(0), S}, keys.options());
-  const float *q = qp.data_ptr<float>(), *k = keys.data_ptr<float>(), *vv = v.data_ptr<float>();
-  float *sg = sig.data_ptr<float>(), *sc = scores.data_ptr<float>();
-  at::parallel_for(0, rows, 8, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const float *qr = q + (i / S) * A, *kr = k + i * A;
-      float *o = sg + i * A, acc = 0.f;
-      for (int64_t a = 0; a < A; ++a) o[a] = 1.f / (1.f + expf(-2.f * (qr[a] + kr[a])));
-      for (int64_t a = 0; a < A; ++a) acc += vv[a] * o[a];
-      sc[i] = 2.f * acc - (float)vsum;
-    }
-  });
-  return {sig, scores};
-}
-
-torch::Tensor bwd(torch::Tensor ds, torch::Tensor sig, torch::Tensor dk, torch::Tensor dv,
-                  torch::Tensor v4, bool first) {
-  const int64_t B = sig.size(0), S = sig.size(1), A = sig.size(2);
-  auto dqp = torch::zeros({B, A}, sig.options());
-  auto part = torch::zeros({at::get_num_threads(), A}, sig.options());  // each thread's Σ ds σ
-  const float *d = ds.data_ptr<float>(), *sg = sig.data_ptr<float>(), *f = v4.data_ptr<float>();
-  float *k = dk.data_ptr<float>(), *dq = dqp.data_ptr<float>(), *pp = part.data_ptr<float>();
-  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
-    float *p = pp + at::get_thread_num() * A;
-    for (int64_t b = lo; b < hi; ++b) {
-      float *out = dq + b * A;
-      for (int64_t s = 0; s < S; ++s) {
-        const int64_t i = b * S + s;
-        const float g = d[i], *sr = sg + i * A;
-        float *kr = k + i * A;
-        for (int64_t a = 0; a < A; ++a) {
-          const float x = sr[a], slope = g * x * (1.f - x);
-          kr[a] = first ? slope : kr[a] + slope;
-          out[a] += slope;
-          p[a] += g * x;
-        }
-      }
-      for (int64_t a = 0; a < A; ++a) out[a] *= f[a];
-    }
-  });
-  dv.add_(part.sum(0), 2).sub_(ds.sum());
-  return dqp;
-}
-
-// Decoding, no gradient: scores[r, s] = vᵀ tanh(q[r] + keys[r / group, s]) (R, S), as
-// Σv − 2 Σ v / (1 + exp(2x)); `group` rows of q a sentence (a beam's hypotheses).
-torch::Tensor dec(torch::Tensor q, torch::Tensor keys, torch::Tensor v, int64_t group) {
-  const int64_t R = q.size(0), S = keys.size(1), A = keys.size(2);
-  auto scores = torch::empty({R, S}, q.options());
-  const float *qq = q.data_ptr<float>(), *k = keys.data_ptr<float>(), *vv = v.data_ptr<float>();
-  float *sc = scores.data_ptr<float>(), vsum = 0.f;
-  for (int64_t a = 0; a < A; ++a) vsum += vv[a];
-  at::parallel_for(0, R * S, 8, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const int64_t r = i / S;
-      const float *qr = qq + r * A, *kr = k + ((r / group) * S + i % S) * A;
-      float acc = 0.f;
-      for (int64_t a = 0; a < A; ++a) acc += vv[a] / (1.f + expf(2.f * (qr[a] + kr[a])));
-      sc[i] = vsum - 2.f * acc;
-    }
-  });
-  return scores;
-}
-"""
-
-
-def compiled(build: str) -> Any:
-    """The kernels, compiled into `build`; a one-line exit where no compiler can."""
-    from torch.utils.cpp_extension import load_inline
-
-    flags = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
-    try:
-        return load_inline(
-            "nmt_fused_scorer",
-            cpp_sources=KERNELS,
-            functions=["fwd", "bwd", "dec"],
-            extra_cflags=flags,
-            extra_ldflags=["-fopenmp"],
-            build_directory=build,
-        )
-    except (RuntimeError, OSError) as e:
-        first = (str(e).strip().splitlines() or ["no message"])[0]
-        raise SystemExit(f"error: the fused scorer needs a C++ compiler: {first}") from None
 
 
 class Lever:
@@ -155,15 +61,41 @@ class Lever:
     scorer (training), and into `ConcatAttention` for decoding in float32 on the CPU; the
     operators otherwise (and for every other scorer)."""
 
-    def __init__(self, ext: Any) -> None:
-        self.ext, self.on = ext, False
+    def __init__(self, ext: Any, parts: set[str]) -> None:
+        self.ext, self.parts, self.on = ext, parts, False
         self.attend, self.attend_back = rec._Run._attend, rec._Run._attend_back
         rec._Run._attend, rec._Run._attend_back = self._attend(), self._attend_back()
         self.hidden_scores = ConcatAttention._hidden_scores
         ConcatAttention._hidden_scores = self._hidden_scores()
+        for loop in (rec, encoder_loop):  # the names the two loops call
+            loop.gru_gates, loop.gru_gates_back = self._gates(), self._gates_back()  # type: ignore[attr-defined]
 
     def switch(self, on: bool) -> None:
         self.on = on
+
+    def _gates(self) -> Callable:
+        def gates(gi: Tensor, gh: Tensor, h: Tensor, s: dict, out: Tensor | None = None) -> Tensor:
+            if not (self.on and "gates" in self.parts and _rows(gi, gh, h, out)):
+                return gru_gates(gi, gh, h, s, out=out)
+            assert out is not None
+            rz, n = self.ext.gates(*(_3d(x) for x in (gi, gh, h, out)))  # (P, N, 2H), (P, N, H)
+            size = h.size(-1)
+            rz, n = rz.view(*h.shape[:-1], 2 * size), n.view(h.shape)
+            s.update(h=h, rz=rz, n=n, gh_n=gh[..., 2 * size :], gh=gh)  # both backwards' names
+            return out
+
+        return gates
+
+    def _gates_back(self) -> Callable:
+        def gates_back(dh: Tensor, s: dict, out: tuple[Tensor, Tensor] | None = None) -> tuple:
+            if not (self.on and "gh" in s and out is not None and _rows(dh, *out)):
+                return gru_gates_back(dh, s, out)
+            d_gi, d_gh = out
+            saved = (s["rz"], s["n"], s["h"], s["gh"])
+            dh_z = self.ext.gates_back(*(_3d(x) for x in (dh, *saved, d_gi, d_gh)))
+            return d_gi, d_gh, dh_z.view(dh.shape)
+
+        return gates_back
 
     def _hidden_scores(self) -> Callable:
         def hidden_scores(att: ConcatAttention, q: Tensor, keys: Tensor) -> tuple[Tensor, bool]:
@@ -179,7 +111,7 @@ class Lever:
         return hidden_scores
 
     def _applies(self, run: rec._Run) -> bool:
-        return self.on and run.w_q is not None and run.scope == "global"
+        return self.on and "scorer" in self.parts and run.w_q is not None and run.scope == "global"
 
     def _attend(self) -> Callable:
         def attend(run: rec._Run, q: Tensor, t: int, s: dict[str, Tensor]) -> tuple:
@@ -219,10 +151,29 @@ class Lever:
         return attend_back
 
 
+def _rows(*tensors: Tensor | None) -> bool:
+    """Whether the gates' kernels take these: float32 CPU tensors of 2 or 3 dimensions whose
+    rows are contiguous."""
+    return all(
+        x is not None
+        and x.dtype == torch.float32
+        and x.device.type == "cpu"
+        and x.dim() in (2, 3)
+        and x.stride(-1) == 1
+        for x in tensors
+    )
+
+
+def _3d(x: Tensor) -> Tensor:
+    """(N, ·) -> (1, N, ·), a view; (P, N, ·) as it is."""
+    return x if x.dim() == 3 else x.unsqueeze(0)
+
+
 def check(lever: Lever) -> None:
-    """The loop with the kernels against without, on a small batch with padding: outputs,
-    attention weights and every gradient, and decoding's scores; exit 1 past a float32
-    tolerance."""
+    """The decoder loop with all the kernels against without, on a small batch with padding:
+    outputs, attention weights and every gradient; the encoder loop's; decoding's scores.
+    Exit 1 past a float32 tolerance."""
+    parts, lever.parts = lever.parts, set(PARTS)
     torch.manual_seed(0)
     B, T, S, H, A = 8, 6, 7, 32, 24
 
@@ -250,11 +201,26 @@ def check(lever: Lever) -> None:
         )  # fmt: skip
         grads = torch.autograd.grad(out.sin().sum() + alpha.square().sum(), leaves)
         found.append([out.detach(), alpha.detach(), *grads, *_decoding_scores(H, A)])
+        found[-1] += _encoder(B, S, H)
     lever.switch(False)
+    lever.parts = parts
     worst = max(float((a - b).abs().max()) for a, b in zip(*found, strict=True))
-    print(f"fused against the loop's operators: largest difference {worst:.2e}")
+    print(f"fused against the loops' operators: largest difference {worst:.2e}")
     if worst > 1e-4:
-        raise SystemExit("error: the fused scorer does not give the loop's values")
+        raise SystemExit("error: the fused kernels do not give the loops' values")
+
+
+def _encoder(B: int, S: int, H: int) -> list[Tensor]:
+    """`nmt.encoder_loop`'s bidirectional GRU on a padded batch: its states, final states and
+    every gradient."""
+    torch.manual_seed(2)
+    gru = torch.nn.GRU(H, H, batch_first=True, bidirectional=True)
+    emb = torch.randn(B, S, H, requires_grad=True)
+    lens = torch.arange(S, S - B, -1).clamp(min=1)  # (B,) sorted decreasing
+    states, final = encoder_loop.encoder_loop(gru, emb, lens)
+    leaves = [emb, *gru.parameters()]
+    grads = torch.autograd.grad(states.sin().sum() + final.square().sum(), leaves)
+    return [states.detach(), final.detach(), *grads]
 
 
 def _decoding_scores(H: int, A: int) -> list[Tensor]:
@@ -341,6 +307,17 @@ def decoding(lever: Lever, tr: Translator, lines: list[str], beams: list[int], p
         )
 
 
+PARTS = ("scorer", "gates")  # the concat scorer's kernels, the GRU gates'
+
+
+def _parts(text: str) -> set[str]:
+    """'scorer,gates' -> the set, each one of PARTS."""
+    parts = set(text.split(","))
+    if not parts <= set(PARTS):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected some of {','.join(PARTS)}")
+    return parts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
@@ -351,6 +328,12 @@ def main() -> None:
     ap.add_argument("--length", type=whole(1), default=15, help="source positions")
     ap.add_argument("--hidden", type=whole(1), default=512, help="the scorer's A")
     ap.add_argument("--threads", type=wholes(1), default="1,2")
+    ap.add_argument(
+        "--parts",
+        type=_parts,
+        default="scorer",
+        help=f"the kernels the training lever swaps in: of {','.join(PARTS)}",
+    )
     ap.add_argument("--decode", type=Path, metavar="CHECKPOINT", help="time decoding instead")
     ap.add_argument("--src", type=Path, help="--decode's source file")
     ap.add_argument("--beams", type=wholes(1), default="1,5")
@@ -360,9 +343,9 @@ def main() -> None:
     if args.decode and (step_args or not args.src):
         ap.error("--decode takes --src FILE, and no training step's arguments")
     levers: list[Lever] = []  # the one, once compiled
-    step_argv = [*step_args, "--paired", "fused-scorer"]
+    step_argv = [*step_args, "--paired", "fused"]
     if step_args:  # the step's arguments and config checked before half a minute of compiling
-        profile_step.LEVERS["fused-scorer"] = lambda model: levers[0].switch
+        profile_step.LEVERS["fused"] = lambda model: levers[0].switch
         step = profile_step.arguments(step_argv)
         device = resolve_device(load_config(step.config, overrides=step.set).train.device)
         if device.type != "cpu":  # the kernels read CPU memory
@@ -374,7 +357,7 @@ def main() -> None:
         tr = Translator.from_checkpoint(args.decode, "cpu", int8=True, workers=args.workers)
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="nmt-fused-scorer-") as build:
-        levers.append(Lever(compiled(build)))
+        levers.append(Lever(compiled(build), args.parts))
     check(levers[0])
     scorer_alone(levers[0], args.rows, args.length, args.hidden, args.threads)
     torch.set_num_threads(threads)
