@@ -15,36 +15,19 @@ Nothing else is written but OUT.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import tempfile
 import time
 from pathlib import Path
 
 from argtypes import whole
+from script_data import prepared
 
 from nmt.checkpoint import load_checkpoint, save_checkpoint
-from nmt.config import Config, apply_data_dir_env, config_from_dict
-from nmt.data import Split, prepare
+from nmt.config import apply_data_dir_env, config_from_dict
 from nmt.errors import one_line
 from nmt.files import check_output, write_output
-from nmt.run_dir import made_by_nmt
 from nmt.shortlist import FREQUENT, PER_SOURCE, build_for
-from nmt.tokenizer import Tokenizer, TokenizerError
-
-
-def training_split(cfg: Config, tokenizer: Tokenizer, tmp: Path) -> Split:
-    """The run's training split in `tokenizer`'s pieces: prepared in the run's folder where
-    nmt made it and its tokenizer is this one (its cache is used), else in `tmp`, given it."""
-    try:
-        same = made_by_nmt(cfg.run_dir) and Tokenizer.load(cfg.run_dir).to_bytes() == (
-            tokenizer.to_bytes()
-        )
-    except TokenizerError:  # no tokenizer there
-        same = False
-    if not same:
-        tokenizer.write(tmp)
-        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(tmp)))
-    return prepare(cfg, log=lambda _: None).train
+from nmt.tokenizer import Tokenizer
 
 
 def main() -> None:
@@ -59,7 +42,7 @@ def main() -> None:
     cfg = config_from_dict(apply_data_dir_env(state["config"]))
     tokenizer = Tokenizer.from_bytes(state["tokenizer"])
     with tempfile.TemporaryDirectory(prefix="add_shortlist.") as tmp:
-        train = training_split(cfg, tokenizer, Path(tmp))
+        train = prepared(cfg, Path(tmp), tokenizer).train
         started = time.perf_counter()
         table = build_for(
             tokenizer, train.src_ids, train.tgt_ids, per_source=args.per_source,

@@ -21,6 +21,10 @@ made. On a GPU it counts calls on GPU tensors only; on a CPU there is no device 
 for, so it counts every such call, host-side ones (the source lengths that packing reads
 on the CPU by design) included, each with its call site: read them as an upper bound.
 
+The data is prepared in the config's run folder only where nmt made it (and, with
+`--checkpoint`, it holds the checkpoint's tokenizer): elsewhere in a temporary folder, in the
+checkpoint's own pieces (`scripts/script_data.py`).
+
 Only one benchmark at a time on a small machine: two at once make both figures wrong.
 """
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 import traceback
 from collections import Counter, defaultdict
@@ -38,6 +43,7 @@ from typing import Any
 import torch
 from argtypes import whole
 from peers.limit import Product, product_of, time_product
+from script_data import prepared
 from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -45,17 +51,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from nmt import onednn
 from nmt.batching import collate, epoch_rows
 from nmt.checkpoint import load_checkpoint
-from nmt.config import load_config
-from nmt.data import prepare
+from nmt.config import Config, load_config
+from nmt.data import Prepared
 from nmt.errors import one_line
 from nmt.runtime import (
     DTYPES,
+    Precision,
     configure_device,
     resolve_device,
     resolve_precision,
     seed_everything,
 )
 from nmt.step import update
+from nmt.tokenizer import Tokenizer
 from nmt.train_state import TrainState
 
 # Operator name -> the row of the README's table it is counted in.
@@ -134,26 +142,13 @@ def _site() -> str:
     return "torch"
 
 
-def _fused_lever(part: str) -> Callable[[torch.nn.Module], Callable[[bool], None]]:
-    """The lever of the model's encoder or decoder hand-written loop (`fused`)."""
-
-    def lever(model: torch.nn.Module) -> Callable[[bool], None]:
-        return lambda on: setattr(getattr(model, part), "fused", on)
-
-    return lever
-
-
-def _onednn_lever(model: torch.nn.Module) -> Callable[[bool], None]:
-    return lambda on: setattr(onednn, "enabled", on)
-
-
-# --paired's levers: name -> a function of the model that gives the lever's switch. A script
+# --paired's levers: name -> the model -> a function that turns the lever on or off. A script
 # measuring a lever that is not in nmt adds its own before calling `main`
 # (scripts/bench_fused_scorer.py).
 LEVERS: dict[str, Callable[[torch.nn.Module], Callable[[bool], None]]] = {
-    "encoder": _fused_lever("encoder"),
-    "decoder": _fused_lever("decoder"),
-    "onednn": _onednn_lever,
+    "encoder": lambda model: lambda on: setattr(model.encoder, "fused", on),
+    "decoder": lambda model: lambda on: setattr(model.decoder, "fused", on),
+    "onednn": lambda model: lambda on: setattr(onednn, "enabled", on),
 }
 
 
@@ -197,24 +192,42 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
+    with tempfile.TemporaryDirectory(prefix="profile_step.") as tmp:  # data, where not nmt's
+        _run(args, Path(tmp))
 
+
+def _state_and_data(
+    args: argparse.Namespace, cfg: Config, device: torch.device, precision: Precision, tmp: Path
+) -> tuple[TrainState, Prepared]:
+    """The model and optimizer (`--checkpoint`'s where given) and the data, in the
+    checkpoint's own pieces; in the run folder only where nmt made it (`script_data`)."""
+    state = load_checkpoint(args.checkpoint) if args.checkpoint else None
+    tokenizer = None if state is None else Tokenizer.from_bytes(state["tokenizer"])
+    data = prepared(cfg, tmp, tokenizer)
+    ts = TrainState.build(cfg, data.tokenizer, device, precision, None)
+    if state is not None:
+        try:
+            if "optimizer" in state:  # a training's checkpoint
+                ts.restore(state)
+            else:  # weights alone (`nmt average`'s): Adam's state starts fresh
+                ts.model.load_state_dict(state["model"])
+        except (RuntimeError, KeyError) as e:  # load_state_dict: another model's weights
+            first = str(e).splitlines()[0]
+            why = f"error: {args.checkpoint}: not a model of {args.config} ({first})"
+            raise SystemExit(why) from None
+    return ts, data
+
+
+def _run(args: argparse.Namespace, tmp: Path) -> None:
     cfg = load_config(args.config, overrides=args.set)
     device = resolve_device(cfg.train.device)
     precision = resolve_precision(args.precision, device)
     configure_device(device, cfg.train.threads)
     seed_everything(cfg.train.seed)
-    prepared = prepare(cfg, log=lambda _: None)
-    ts = TrainState.build(cfg, prepared.tokenizer, device, precision, None)
-    if args.checkpoint:
-        try:
-            ts.restore(load_checkpoint(args.checkpoint))
-        except (RuntimeError, KeyError) as e:  # load_state_dict: another model's weights
-            first = str(e).splitlines()[0]
-            why = f"error: {args.checkpoint}: not a model of {args.config} ({first})"
-            raise SystemExit(why) from None
+    ts, data = _state_and_data(args, cfg, device, precision, tmp)
     ts.model.decoder.fused = not args.step_by_step
     ts.model.encoder.fused = not args.encoder_gru
-    train = prepared.train
+    train = data.train
     rows = epoch_rows(
         [len(s) for s in train.src_ids], [len(t) for t in train.tgt_ids], cfg.train, epoch=0
     )

@@ -230,3 +230,59 @@ def test_add_shortlist_reads_the_checkpoints_own_pieces_and_writes_only_out(
 
 def _same(a: object, b: object) -> bool:
     return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_profile_step_leaves_a_folder_of_the_users_that_has_the_runs_name_alone(
+    tiny_run: TinyRun, tmp_path: Path
+):
+    """`profile_step.py` (and `bench_fused_scorer.py` through it) prepared the data in the
+    config's run folder, whatever held that name: a folder of the user's gained spm.model and
+    a data cache (and, lacking nmt's mark, then refused `nmt train`), or its own spm.model
+    was read as the tokenizer. Now such a folder is left as it was, with or without a
+    checkpoint, and the data goes to a temporary folder."""
+    mine = tmp_path / "runs" / "tiny"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine\n", encoding="utf-8")
+    (mine / "spm.model").write_text("my own sentencepiece notes\n", encoding="utf-8")
+    before = _tree(mine)
+    sets = ["--set", f"data.dir={TINY_DATA}", "--set", f"run.dir={mine}"]
+    for extra in ([], ["--checkpoint", str(tiny_run.checkpoint)]):
+        subprocess.run(
+            [sys.executable, str(SCRIPTS / "profile_step.py"), str(TINY_CONFIG), *sets, *extra,
+             "--steps", "1", "--profile-steps", "0"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300, check=True,
+        )  # fmt: skip
+        assert _tree(mine) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_a_scripts_data_uses_the_run_folder_only_where_nmt_made_it_with_that_tokenizer(
+    tiny_run: TinyRun, tmp_path: Path
+):
+    """`script_data.prepared`: the run folder's cache where nmt made it and it holds the given
+    tokenizer (or none is given); a temporary folder otherwise, the run folder untouched."""
+    sys.path.insert(0, str(SCRIPTS))
+    from script_data import prepared
+
+    from nmt.tokenizer import Tokenizer
+
+    theirs, cfg = Tokenizer.load(tiny_run.run_dir), tiny_run.config
+    before = _tree(tiny_run.run_dir)
+    for given in (None, theirs):  # nmt's folder, its tokenizer: read (its cache as it was)
+        data = prepared(cfg, tmp_path / "unused", given)
+        assert data.tokenizer.to_bytes() == theirs.to_bytes()
+        assert not (tmp_path / "unused").exists() and _tree(tiny_run.run_dir) == before
+    other = load_config(TINY_CONFIG, [f"data.dir={TINY_DATA}", "tokenizer.vocab_size=100"])
+    src, tgt = ((TINY_DATA / f"train.{x}").read_text().splitlines() for x in ("en", "fr"))
+    small = train_or_load(other.tokenizer, tmp_path / "small", src, tgt, log=print)
+    data = prepared(cfg, tmp_path / "tmp", small)  # another tokenizer: in tmp, in its pieces
+    assert data.tokenizer.to_bytes() == small.to_bytes() and (tmp_path / "tmp").is_dir()
+    assert _tree(tiny_run.run_dir) == before
+    users = load_config(TINY_CONFIG, [f"data.dir={TINY_DATA}", f"run.dir={tmp_path / 'mine'}"])
+    (tmp_path / "mine").mkdir()
+    prepared(users, tmp_path / "tmp2")  # a folder nmt did not make: left empty
+    assert not list((tmp_path / "mine").iterdir()) and (tmp_path / "tmp2").is_dir()
