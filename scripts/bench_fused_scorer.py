@@ -35,6 +35,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from typing import Any
 import profile_step
 import torch
 from argtypes import whole, wholes
-from fused_kernels import compiled
+from fused_kernels import NAMES, compiled
 from torch import Tensor
 
 from nmt import encoder_loop, onednn
@@ -169,11 +170,29 @@ def _3d(x: Tensor) -> Tensor:
     return x if x.dim() == 3 else x.unsqueeze(0)
 
 
+class _Counted:
+    """An extension whose calls are counted, by kernel."""
+
+    def __init__(self, ext: Any) -> None:
+        self.ext, self.calls = ext, Counter[str]()
+
+    def __getattr__(self, name: str) -> Callable:
+        kernel = getattr(self.ext, name)
+
+        def counted(*args: Any) -> Any:
+            self.calls[name] += 1
+            return kernel(*args)
+
+        return counted
+
+
 def check(lever: Lever) -> None:
     """The decoder loop with all the kernels against without, on a small batch with padding:
     outputs, attention weights and every gradient; the encoder loop's; decoding's scores.
-    Exit 1 past a float32 tolerance."""
+    Exit 1 past a float32 tolerance, or where a kernel was never called (nmt's loops no
+    longer call what the lever replaces, and the comparison would be of nmt against itself)."""
     parts, lever.parts = lever.parts, set(PARTS)
+    ext = lever.ext = _Counted(lever.ext)
     torch.manual_seed(0)
     B, T, S, H, A = 8, 6, 7, 32, 24
 
@@ -203,7 +222,10 @@ def check(lever: Lever) -> None:
         found.append([out.detach(), alpha.detach(), *grads, *_decoding_scores(H, A)])
         found[-1] += _encoder(B, S, H)
     lever.switch(False)
-    lever.parts = parts
+    lever.parts, lever.ext = parts, ext.ext
+    unused = [name for name in NAMES if not ext.calls[name]]
+    if unused:
+        raise SystemExit(f"error: the loops never called the fused {', '.join(unused)}")
     worst = max(float((a - b).abs().max()) for a, b in zip(*found, strict=True))
     print(f"fused against the loops' operators: largest difference {worst:.2e}")
     if worst > 1e-4:

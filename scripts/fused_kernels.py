@@ -138,6 +138,10 @@ torch::Tensor dec(torch::Tensor q, torch::Tensor keys, torch::Tensor v, int64_t 
 """
 
 
+# What KERNELS defines, and the extension exposes.
+NAMES = ("fwd", "bwd", "dec", "gates", "gates_back")
+
+
 def compiled(build: str) -> Any:
     """The kernels, compiled into `build`; a one-line exit where no compiler can."""
     from torch.utils.cpp_extension import load_inline
@@ -147,7 +151,7 @@ def compiled(build: str) -> Any:
         return load_inline(
             "nmt_fused_scorer",
             cpp_sources=KERNELS,
-            functions=["fwd", "bwd", "dec", "gates", "gates_back"],
+            functions=list(NAMES),
             extra_cflags=flags,
             extra_ldflags=["-fopenmp"],
             build_directory=build,

@@ -1,0 +1,28 @@
+"""The hand-fused kernels that `scripts/bench_fused_scorer.py` measures (issue 25's lever, kept
+out of nmt) give the loops' values: its check, run as the script runs it, compares the
+decoder loop's outputs and every gradient, the encoder loop's, and decoding's scores with and
+without the kernels, and fails where a kernel was never called (nmt's loops changed under
+the lever). Compiling takes about half a minute; without a C++ compiler the test is skipped."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+from torch.utils.cpp_extension import is_ninja_available
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler (c++)")
+@pytest.mark.skipif(not is_ninja_available(), reason="torch's C++ extensions build with ninja")
+def test_the_fused_kernels_give_the_loops_values_and_are_all_called():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_fused_scorer.py"),
+         "--threads", "1", "--rows", "4", "--length", "3", "--hidden", "16"],
+        capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "largest difference" in done.stdout and "one step's scorer at 4 × 3 × 16" in done.stdout
