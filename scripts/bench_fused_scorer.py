@@ -58,9 +58,10 @@ from nmt.translate import Translator
 
 
 class Lever:
-    """The fused kernels swapped in while `on`: into `nmt.recurrence._Run` for a global concat
-    scorer (training), and into `ConcatAttention` for decoding in float32 on the CPU; the
-    operators otherwise (and for every other scorer)."""
+    """The fused kernels swapped in while `on`, for the `parts` asked for: into
+    `nmt.recurrence._Run` for a global concat scorer, into both loops' calls of the GRU gates
+    (training), and into `ConcatAttention` for decoding in float32 on the CPU; the operators
+    otherwise (and for every other scorer)."""
 
     def __init__(self, ext: Any, parts: set[str]) -> None:
         self.ext, self.parts, self.on = ext, parts, False
@@ -101,7 +102,8 @@ class Lever:
     def _hidden_scores(self) -> Callable:
         def hidden_scores(att: ConcatAttention, q: Tensor, keys: Tensor) -> tuple[Tensor, bool]:
             floats = q.dtype == keys.dtype == torch.float32 and q.device.type == "cpu"
-            if not (self.on and floats and not torch.is_grad_enabled()):
+            whole = q.size(0) * q.size(1) % keys.size(0) == 0  # each sentence's rows together
+            if not (self.on and floats and whole and not torch.is_grad_enabled()):
                 return self.hidden_scores(att, q, keys)
             B, T, A = q.shape  # (B, T, A) against keys (B', S, A): B·T / B' rows a sentence
             v = att.v.weight.reshape(-1).float().contiguous()  # (A,)
