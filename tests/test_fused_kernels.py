@@ -2,13 +2,16 @@
 out of nmt) give the loops' values: its check, run as the script runs it, compares the
 decoder loop's outputs and every gradient, the encoder loop's, and decoding's scores with and
 without the kernels, and fails where a kernel was never called (nmt's loops changed under
-the lever). Compiling takes about half a minute; without a C++ compiler the test is skipped."""
+the lever). Compiling takes about half a minute; without a C++ compiler, ninja or Python's
+C headers the test is skipped."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -18,6 +21,10 @@ from torch.utils.cpp_extension import is_ninja_available
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler (c++)")
 @pytest.mark.skipif(not is_ninja_available(), reason="torch's C++ extensions build with ninja")
+@pytest.mark.skipif(
+    not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file(),
+    reason="needs Python's C headers (Python.h)",
+)
 def test_the_fused_kernels_give_the_loops_values_and_are_all_called():
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_fused_scorer.py"),
