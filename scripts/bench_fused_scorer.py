@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import Any
 import profile_step
 import torch
 from argtypes import whole, wholes
+from bench_output_layer import median_us
 from fused_kernels import NAMES, compiled
 from torch import Tensor
 
@@ -120,10 +120,10 @@ class Lever:
         def attend(run: rec._Run, q: Tensor, t: int, s: dict[str, Tensor]) -> tuple:
             if not self._applies(run):
                 return self.attend(run, q, t, s)
-            assert run.v is not None and run.v_sum is not None and run.w_q is not None
+            assert run.v is not None and run.w_q is not None
             qp = onednn.product(run.cdt, q, run.w_q, run.b_q).contiguous()  # (B, A)
             keys = run.keys.contiguous()  # (B, S, A)
-            s["sig"], scores = self.ext.fwd(qp, keys, run.v.contiguous(), float(run.v_sum))
+            s["sig"], scores = self.ext.fwd(qp, keys, run.v.contiguous())
             alpha = masked_softmax(scores, run.mask)  # (B, S)
             context = torch.bmm(alpha.unsqueeze(1), run.values).squeeze(1)  # (B, Dv)
             s["q"], s["alpha"] = q, alpha
@@ -257,19 +257,6 @@ def _decoding_scores(H: int, A: int) -> list[Tensor]:
         return [att.score(torch.randn(4, rows, H), keys) for rows in (1, 3)]
 
 
-def _us(fn: Callable[[], Any], calls: int) -> float:
-    """The best of five means of `calls` calls, in µs."""
-    for _ in range(20):
-        fn()
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-    return best
-
-
 def scorer_alone(lever: Lever, rows: int, length: int, hidden: int, threads: list[int]) -> None:
     """One step's scorer, forward and backward, with the loop's operators and fused."""
     torch.manual_seed(0)
@@ -277,7 +264,7 @@ def scorer_alone(lever: Lever, rows: int, length: int, hidden: int, threads: lis
     v = torch.randn(hidden) * 0.1
     v_sum, v4, ds = v.sum(), 4 * v, torch.randn(rows, length)
     d_keys, d_v = torch.zeros_like(keys), torch.zeros(hidden)
-    sig = lever.ext.fwd(qp, keys, v, float(v_sum))[0]
+    sig = lever.ext.fwd(qp, keys, v)[0]
 
     def ops_forward() -> Any:
         sig, _ = additive_hidden(qp.unsqueeze(1), keys)  # (B, S, A)
@@ -290,13 +277,14 @@ def scorer_alone(lever: Lever, rows: int, length: int, hidden: int, threads: lis
         return slope.sum(1) * v4
 
     cases = {
-        "forward": (ops_forward, lambda: lever.ext.fwd(qp, keys, v, float(v_sum))),
+        "forward": (ops_forward, lambda: lever.ext.fwd(qp, keys, v)),
         "backward": (ops_backward, lambda: lever.ext.bwd(ds, sig, d_keys, d_v, v4, False)),
     }
     print(f"one step's scorer at {rows} × {length} × {hidden}, µs (operators / fused):")
     for n in threads:
         torch.set_num_threads(n)
-        said = [f"{k} {_us(a, 300):.0f} / {_us(b, 300):.0f}" for k, (a, b) in cases.items()]
+        us = {k: (median_us(a, 300), median_us(b, 300)) for k, (a, b) in cases.items()}
+        said = [f"{k} {ops:.0f} / {fused:.0f}" for k, (ops, fused) in us.items()]
         print(f"  {n} thread{'s' if n > 1 else ''}: " + ", ".join(said))
 
 
@@ -315,13 +303,7 @@ def decoding(lever: Lever, tr: Translator, lines: list[str], beams: list[int], p
             lever.switch(on)
             found[on] = texts(beam)
         changed = sum(a != b for a, b in zip(found[False], found[True], strict=True))
-        seconds: dict[bool, list[float]] = {False: [], True: []}
-        for i in range(pairs):
-            for on in (True, False) if i % 2 else (False, True):
-                lever.switch(on)
-                start = time.perf_counter()
-                texts(beam)
-                seconds[on].append(time.perf_counter() - start)
+        seconds = profile_step.alternated(lambda _, b=beam: texts(b), lever.switch, range(pairs))
         ratios = [a / b for a, b in zip(seconds[False], seconds[True], strict=True)]
         off, on = (statistics.median(seconds[k]) for k in (False, True))
         print(

@@ -19,19 +19,20 @@ KERNELS = r"""
 #include <ATen/Parallel.h>
 #include <cmath>
 
-std::vector<torch::Tensor> fwd(torch::Tensor qp, torch::Tensor keys, torch::Tensor v, double vsum) {
+std::vector<torch::Tensor> fwd(torch::Tensor qp, torch::Tensor keys, torch::Tensor v) {
   const int64_t S = keys.size(1), A = keys.size(2), rows = keys.size(0) * S;
   auto sig = torch::empty_like(keys);
   auto scores = torch::empty({keys.size(0), S}, keys.options());
   const float *q = qp.data_ptr<float>(), *k = keys.data_ptr<float>(), *vv = v.data_ptr<float>();
-  float *sg = sig.data_ptr<float>(), *sc = scores.data_ptr<float>();
+  float *sg = sig.data_ptr<float>(), *sc = scores.data_ptr<float>(), vsum = 0.f;
+  for (int64_t a = 0; a < A; ++a) vsum += vv[a];  // Σv, here rather than read back a step
   at::parallel_for(0, rows, 8, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       const float *qr = q + (i / S) * A, *kr = k + i * A;
       float *o = sg + i * A, acc = 0.f;
       for (int64_t a = 0; a < A; ++a) o[a] = 1.f / (1.f + expf(-2.f * (qr[a] + kr[a])));
       for (int64_t a = 0; a < A; ++a) acc += vv[a] * o[a];
-      sc[i] = 2.f * acc - (float)vsum;
+      sc[i] = 2.f * acc - vsum;
     }
   });
   return {sig, scores};

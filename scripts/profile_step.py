@@ -36,7 +36,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -290,17 +290,25 @@ def _run(args: argparse.Namespace, tmp: Path) -> None:
         _profile(step, batches[3 + args.steps :], device, args.top)
 
 
-def _paired(step, name: str, switch, batches: list, precision: str) -> None:
-    """Each batch stepped twice, the lever off then on or on then off (alternating, so
-    neither always runs first): the rates over all batches and the median per-batch ratio,
-    which the machine's drift over minutes does not move."""
+def alternated(
+    run: Callable[[Any], object], switch: Callable[[bool], None], items: Sequence[Any]
+) -> dict[bool, list[float]]:
+    """Each item run twice, the lever off then on or on then off (alternating, so neither
+    always runs first): the seconds of each run, by the lever's setting, in item order."""
     seconds: dict[bool, list[float]] = {False: [], True: []}
-    for i, b in enumerate(batches):
+    for i, item in enumerate(items):
         for on in (True, False) if i % 2 else (False, True):
             switch(on)
             start = time.perf_counter()
-            step(b)
+            run(item)
             seconds[on].append(time.perf_counter() - start)
+    return seconds
+
+
+def _paired(step, name: str, switch, batches: list, precision: str) -> None:
+    """Each batch stepped twice (`alternated`): the rates over all batches and the median
+    per-batch ratio, which the machine's drift over minutes does not move."""
+    seconds = alternated(step, switch, batches)
     tokens = sum(b.n_tgt_tokens for b in batches)
     ratios = [off / on for off, on in zip(seconds[False], seconds[True], strict=True)]
     low, mid, high = statistics.quantiles(ratios, n=4)
