@@ -41,7 +41,7 @@ from typing import Any
 
 import profile_step
 import torch
-from argtypes import whole, wholes
+from argtypes import sentence_lines, whole, wholes
 from bench_output_layer import median_us
 from fused_kernels import NAMES, compiled
 from torch import Tensor
@@ -51,7 +51,6 @@ from nmt import recurrence as rec
 from nmt.attention import ConcatAttention, additive_hidden, from_sigmoid, masked_softmax
 from nmt.config import load_config
 from nmt.errors import one_line
-from nmt.files import read_lines
 from nmt.gru_cell import gru_gates, gru_gates_back, sigmoid_backward
 from nmt.runtime import resolve_device
 from nmt.translate import Translator
@@ -359,7 +358,7 @@ def main() -> None:
                 f"error: the fused scorer runs on the CPU, not {device}: add --set train.device=cpu"
             )
     if args.decode:  # the model and the file read before compiling; int8 as compare_peers'
-        lines = read_lines(args.src)
+        lines = sentence_lines(args.src, "--src")
         tr = Translator.from_checkpoint(args.decode, "cpu", int8=True, workers=args.workers)
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="nmt-fused-scorer-") as build:

@@ -43,28 +43,23 @@ from typing import Any
 import torch
 from argtypes import whole
 from peers.limit import Product, product_of, time_product
-from script_data import prepared
+from script_data import trained
 from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt import onednn
 from nmt.batching import collate, epoch_rows
-from nmt.checkpoint import load_checkpoint
-from nmt.config import Config, load_config
-from nmt.data import Prepared
+from nmt.config import load_config
 from nmt.errors import one_line
 from nmt.runtime import (
     DTYPES,
-    Precision,
     configure_device,
     resolve_device,
     resolve_precision,
     seed_everything,
 )
 from nmt.step import update
-from nmt.tokenizer import Tokenizer
-from nmt.train_state import TrainState
 
 # Operator name -> the row of the README's table it is counted in.
 _PRODUCTS = "matrix products (mm, addmm, bmm, oneDNN's linear)"
@@ -156,7 +151,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("config")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--checkpoint", type=Path, help="a run's best.pt/last.pt: profile that model")
+    ap.add_argument(
+        "--checkpoint", type=Path, help="a run's best.pt/last.pt, or its directory: that model"
+    )
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--steps", type=whole(1), default=30, help="timed steps")
     ap.add_argument("--profile-steps", type=whole(0), default=3)
@@ -196,35 +193,13 @@ def main(argv: list[str] | None = None) -> None:
         _run(args, Path(tmp))
 
 
-def _state_and_data(
-    args: argparse.Namespace, cfg: Config, device: torch.device, precision: Precision, tmp: Path
-) -> tuple[TrainState, Prepared]:
-    """The model and optimizer (`--checkpoint`'s where given) and the data, in the
-    checkpoint's own pieces; in the run folder only where nmt made it (`script_data`)."""
-    state = load_checkpoint(args.checkpoint) if args.checkpoint else None
-    tokenizer = None if state is None else Tokenizer.from_bytes(state["tokenizer"])
-    data = prepared(cfg, tmp, tokenizer)
-    ts = TrainState.build(cfg, data.tokenizer, device, precision, None)
-    if state is not None:
-        try:
-            if "optimizer" in state:  # a training's checkpoint
-                ts.restore(state)
-            else:  # weights alone (`nmt average`'s): Adam's state starts fresh
-                ts.model.load_state_dict(state["model"])
-        except (RuntimeError, KeyError) as e:  # load_state_dict: another model's weights
-            first = str(e).splitlines()[0]
-            why = f"error: {args.checkpoint}: not a model of {args.config} ({first})"
-            raise SystemExit(why) from None
-    return ts, data
-
-
 def _run(args: argparse.Namespace, tmp: Path) -> None:
     cfg = load_config(args.config, overrides=args.set)
     device = resolve_device(cfg.train.device)
     precision = resolve_precision(args.precision, device)
     configure_device(device, cfg.train.threads)
     seed_everything(cfg.train.seed)
-    ts, data = _state_and_data(args, cfg, device, precision, tmp)
+    ts, data = trained(cfg, args.config, args.checkpoint, device, precision, tmp)
     ts.model.decoder.fused = not args.step_by_step
     ts.model.encoder.fused = not args.encoder_gru
     train = data.train

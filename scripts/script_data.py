@@ -1,4 +1,4 @@
-"""A config's data, prepared for a script without touching anything of the user's.
+"""A config's data (and model) for a script, prepared without touching anything of the user's.
 
 `nmt.data.prepare` writes the tokenizer and the tokenized splits' cache into the config's
 run folder (`run.dir`, by default `runs/CONFIG_NAME`). A script that prepared there wrote into
@@ -16,10 +16,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import torch
+
+from nmt.checkpoint import load_checkpoint
 from nmt.config import Config
 from nmt.data import Prepared, prepare
-from nmt.run_dir import made_by_nmt
+from nmt.run_dir import made_by_nmt, resolve_checkpoint
+from nmt.runtime import Precision
 from nmt.tokenizer import Tokenizer, TokenizerError
+from nmt.train_state import TrainState
 
 
 def _holds(folder: Path, tokenizer: Tokenizer) -> bool:
@@ -40,3 +45,31 @@ def prepared(cfg: Config, tmp: Path, tokenizer: Tokenizer | None = None) -> Prep
             tokenizer.write(tmp)
         cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(tmp)))
     return prepare(cfg, log=lambda _: None)
+
+
+def trained(
+    cfg: Config,
+    config: str,
+    checkpoint: Path | None,
+    device: torch.device,
+    precision: Precision,
+    tmp: Path,
+) -> tuple[TrainState, Prepared]:
+    """`cfg`'s model and optimizer, a checkpoint's where given (a file, or a run directory as
+    `--model` takes it), and its data (`prepared`) in the checkpoint's own pieces. `config`
+    names the config in the one line that refuses another model's checkpoint."""
+    path = resolve_checkpoint(checkpoint) if checkpoint and checkpoint.is_dir() else checkpoint
+    state = load_checkpoint(path) if path else None
+    tokenizer = None if state is None else Tokenizer.from_bytes(state["tokenizer"])
+    data = prepared(cfg, tmp, tokenizer)
+    ts = TrainState.build(cfg, data.tokenizer, device, precision, None)
+    if state is not None:
+        try:
+            if "optimizer" in state:  # a training's checkpoint
+                ts.restore(state)
+            else:  # weights alone (`nmt average`'s): Adam's state starts fresh
+                ts.model.load_state_dict(state["model"])
+        except (RuntimeError, KeyError) as e:  # load_state_dict: another model's weights
+            first = str(e).splitlines()[0]
+            raise SystemExit(f"error: {checkpoint}: not a model of {config} ({first})") from None
+    return ts, data
