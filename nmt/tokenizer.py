@@ -9,6 +9,7 @@ depend on the vocabulary: PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import itertools
 import json
@@ -169,34 +170,56 @@ class Tokenizer:
 
     def encode_src_pieces(self, sentences: list[str]) -> list[SourcePieces]:
         """Each sentence's ids, pieces and surfaces from one sentencepiece call (what
-        `encode_src` and `src_pieces` give, and the text each piece covers)."""
+        `encode_src` and `src_pieces` give, and the text each piece covers); the ids read at
+        once, the rest when first asked for (`SourcePieces`)."""
         return [
-            SourcePieces(
-                ids=[p.id for p in found.pieces],
-                pieces=[p.piece for p in found.pieces],
-                surfaces=[p.surface for p in found.pieces],
-            )
+            SourcePieces([p.id for p in found.pieces], found)
             for found in self._src.encode(list(sentences), return_type="proto")
         ]
 
     def tgt_pieces(self, ids: list[int]) -> list[str]:
         """The subword string of each target id (specials shown as <pad>, <s>, </s>)."""
-        return [self._tgt.id_to_piece(int(i)) for i in ids]
+        return self._tgt.id_to_piece([int(i) for i in ids])  # one call, not one a piece
 
 
 @dataclasses.dataclass(frozen=True)
 class SourcePieces:
-    """A source sentence tokenized: its ids (no EOS), piece strings (for display) and the
-    text each piece covers (an unknown piece: the characters it stands for, e.g. an emoji,
-    for copying into a translation)."""
+    """A source sentence tokenized: its ids (no EOS), and from the same sentencepiece call,
+    read when first asked for, its piece strings (for display) and the text each piece covers
+    (an unknown piece: the characters it stands for, e.g. an emoji, for copying into a
+    translation).
+
+    Why on demand: reading every piece's three fields in Python was most of
+    `Translator.prepare`'s time (41-44 ms for test_2016_flickr's 1,000 sentences, 24-27 with
+    the ids alone; medians, 2 cores of a Xeon with AMX, session 39), and it comes before any
+    worker starts decoding; the strings are read once a translation is back."""
 
     ids: list[int]
-    pieces: list[str]
-    surfaces: list[str]
+    # sentencepiece's proto of the sentence, or its (pieces, surfaces) read out (pickled)
+    found: Any = dataclasses.field(repr=False, compare=False)
+
+    @functools.cached_property
+    def _read(self) -> tuple[list[str], list[str]]:
+        if isinstance(self.found, tuple):
+            return self.found
+        pieces = self.found.pieces
+        return [p.piece for p in pieces], [p.surface for p in pieces]
+
+    @property
+    def pieces(self) -> list[str]:
+        return self._read[0][: len(self.ids)]
+
+    @property
+    def surfaces(self) -> list[str]:
+        return self._read[1][: len(self.ids)]
 
     def cut(self, n: int) -> SourcePieces:
-        """The first `n` pieces."""
-        return SourcePieces(self.ids[:n], self.pieces[:n], self.surfaces[:n])
+        """The first `n` pieces (itself where it has no more)."""
+        return self if len(self.ids) <= n else SourcePieces(self.ids[:n], self.found)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # sentencepiece's proto does not pickle: its strings, read out
+        return SourcePieces, (self.ids, self._read)
 
 
 def train_or_load(

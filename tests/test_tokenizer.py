@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +59,15 @@ def test_one_call_gives_ids_pieces_and_surfaces(joint: Tokenizer, separate: Toke
         assert [f.pieces for f in found] == [tok.src_pieces(s) for s in sentences]
         for f, s in zip(found, sentences, strict=True):
             assert "".join(f.surfaces) == s  # the pieces cover the text, nothing lost
-        assert found[0].cut(2).ids == found[0].ids[:2]
+        cut = found[5].cut(3)
+        assert (cut.ids, cut.pieces, cut.surfaces) == (
+            found[5].ids[:3],
+            found[5].pieces[:3],
+            found[5].surfaces[:3],
+        )
+        # read lazily from sentencepiece's proto, which does not pickle: pickled as read out
+        again = pickle.loads(pickle.dumps(cut))
+        assert (again.ids, again.pieces, again.surfaces) == (cut.ids, cut.pieces, cut.surfaces)
 
 
 def test_special_ids_are_fixed_and_never_produced_by_encoding(joint: Tokenizer) -> None:
