@@ -5,11 +5,13 @@ does not compare with one measured earlier. This script runs the two sides alter
 in a fresh process: A, B, A, B, ... Each process loads the checkpoint, prepares the file's
 sentences, translates the first 200 once (oneDNN builds its kernels, the heap grows), then
 times `--calls` translations of the whole file and reports their median and a digest of the
-output, so that a change meant to keep the output shows whether it did.
+output, so that a change meant to keep the output shows whether it did. With `--from-text`
+each timed call translates the file's lines as read, their cleaning and tokenizing
+(`Translator.prepare`) inside the time, as `nmt translate` and `compare_peers.py` time it.
 
     .venv/bin/python scripts/ab_decode.py HEAD~1 . ~/.cache/nmt-peers/nmt-fp32/step-1000.pt \
         --src ../shared/data/multi30k/test_2016_flickr.en [--int8 | --precision bf16] \
-        [--beam 1] [--workers 1] [--threads 2] [--pairs 3] [--calls 5]
+        [--beam 1] [--workers 1] [--threads 2] [--pairs 3] [--calls 5] [--from-text]
 
 A revision is what `git rev-parse` reads (a commit, a branch, HEAD~1), checked out into a
 temporary git worktree for the run and removed after it; `.` is this checkout as it is,
@@ -29,7 +31,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from argtypes import sentence_lines, whole
+from argtypes import decoding_options, sentence_lines, whole
 
 from nmt.checkpoint import load_checkpoint
 from nmt.errors import one_line
@@ -41,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
 import hashlib, json, statistics, sys, time
 from pathlib import Path
-tree, checkpoint, src, beam, precision, int8, workers, threads, calls = sys.argv[1:10]
+tree, checkpoint, src, beam, precision, int8, workers, threads, calls, text = sys.argv[1:11]
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]  # pip install -e
 sys.path.insert(0, tree)
 import torch
@@ -51,12 +53,13 @@ from nmt.translate import Translator
 tr = Translator.from_checkpoint(
     checkpoint, precision=precision, int8=int8 == "int8", workers=int(workers)
 )
-ready = tr.prepare(read_lines(Path(src)))
+lines = read_lines(Path(src))
+ready = tr.prepare(lines)
 tr.translate(ready[:200], beam=int(beam))
 times = []
 for _ in range(int(calls)):
     start = time.perf_counter()
-    out = tr.translate(ready, beam=int(beam))
+    out = tr.translate(lines if text == "text" else ready, beam=int(beam))
     times.append(time.perf_counter() - start)
 digest = hashlib.sha256("\\n".join(t.text for t in out).encode()).hexdigest()[:12]
 print(json.dumps({"median": statistics.median(times), "times": times, "digest": digest}))
@@ -91,6 +94,7 @@ def measure(tree: Path, args: argparse.Namespace) -> dict:
     """One fresh process of `tree`'s nmt decoding the file: its median, times and digest."""
     how = [args.beam, args.precision, "int8" if args.int8 else "-", args.workers, args.threads]
     argv = [str(tree), str(args.checkpoint), str(args.src), *map(str, how), str(args.calls)]
+    argv.append("text" if args.from_text else "prepared")
     done = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -102,21 +106,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("a", help="the revision before (a commit, a branch, or . for this checkout)")
     ap.add_argument("b", help="the revision after")
-    ap.add_argument("checkpoint", type=Path)
-    ap.add_argument("--src", type=Path, required=True, help="source sentences, one a line")
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--int8", action="store_true")
-    ap.add_argument("--beam", type=whole(1), default=1)
+    decoding_options(ap)
     ap.add_argument("--workers", type=whole(1), default=1)
     ap.add_argument("--threads", type=whole(1), default=2)
     ap.add_argument("--pairs", type=whole(1), default=3, help="A then B, this many times")
     ap.add_argument("--calls", type=whole(1), default=5, help="timed translations a process")
+    ap.add_argument(
+        "--from-text", action="store_true", help="time the lines' preparing (tokenizing) too"
+    )
     args = ap.parse_args()
     with one_line():  # what every process reads, checked once here
         sentence_lines(args.src, "--src")
         load_checkpoint(resolve_checkpoint(args.checkpoint), mmap=True)
     how = "int8" if args.int8 else args.precision
-    print(f"{args.src.name}, {how}, beam {args.beam}, {args.workers} worker(s), "
+    what = "text" if args.from_text else "prepared sentences"
+    print(f"{args.src.name} ({what}), {how}, beam {args.beam}, {args.workers} worker(s), "
           f"{args.threads} thread(s): medians of {args.calls} calls, s")  # fmt: skip
     with checked_out(args.a) as tree_a, checked_out(args.b) as tree_b:
         runs: dict[str, list[dict]] = {"a": [], "b": []}

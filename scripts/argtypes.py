@@ -1,6 +1,7 @@
 """argparse types for the scripts' numbers: a value out of range is argparse's own one-line
 error (`error: argument --seed: '0': expected a whole number >= 1`), before any work. And the
-one check of a file of sentences a script decodes (`sentence_lines`).
+one check of a file of sentences a script decodes (`sentence_lines`), and the options every
+decoding benchmark takes (`decoding_options`).
 
     from argtypes import above_zero, minutes, sentence_lines, whole, wholes
     ap.add_argument("--repeats", type=whole(1), default=3)
@@ -74,3 +75,13 @@ def sentence_lines(path: Path, flag: str) -> list[str]:
     if not any(line.strip() for line in lines):
         raise NmtError(f"{flag} {path}: no sentence to decode (empty or blank lines only)")
     return lines
+
+
+def decoding_options(ap: argparse.ArgumentParser) -> None:
+    """What a decoding benchmark decodes and how: the checkpoint, `--src`, `--precision`,
+    `--int8` and `--beam`."""
+    ap.add_argument("checkpoint", type=Path)
+    ap.add_argument("--src", type=Path, required=True, help="source sentences, one a line")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--int8", action="store_true")
+    ap.add_argument("--beam", type=whole(1), default=1)

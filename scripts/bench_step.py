@@ -22,11 +22,10 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections import Counter
-from pathlib import Path
 
 import bench_output_layer
 import torch
-from argtypes import whole, wholes
+from argtypes import decoding_options, whole, wholes
 
 from nmt.batching import collate
 from nmt.errors import one_line
@@ -83,11 +82,7 @@ def rows_of_search(tr: Translator, sources: list[str], beam: int) -> list[int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("checkpoint", type=Path)
-    ap.add_argument("--src", type=Path, required=True, help="source sentences, one a line")
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--int8", action="store_true")
-    ap.add_argument("--beam", type=whole(1), default=1)
+    decoding_options(ap)
     ap.add_argument("--rows", type=wholes(1), default="64,48,32,16,8,1", help="sentences")
     ap.add_argument("--calls", type=whole(1), default=100)
     ap.add_argument("--threads", type=whole(1), default=1)

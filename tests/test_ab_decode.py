@@ -54,3 +54,14 @@ def test_a_bad_source_file_or_checkpoint_is_one_line_before_any_decoding(tiny_ru
         assert done.returncode != 0 and done.stderr.startswith("error: ") and says in done.stderr
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
         assert done.stdout == ""  # refused before the first process ran
+
+
+def test_from_text_times_the_lines_as_read(tiny_run: TinyRun, tmp_path):
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(tiny_run.train_src[:6]) + "\n", encoding="utf-8")
+    done = _run(".", ".", str(tiny_run.checkpoint), "--src", str(src), "--pairs", "1",
+                "--calls", "1", "--threads", "1", "--from-text")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("src.txt (text), fp32, beam 1")
+    assert lines[-1].endswith("the same output")
