@@ -80,11 +80,16 @@ def report(record: list[tuple[int, float, float, int]], began: float, took: floa
         mine = [r for r in record if r[0] == pid]
         busy = [end - start for _, start, end, _ in mine]
         faults = [f for _, _, _, f in mine]
-        rest = sum(busy[1:]) / max(1, len(busy) - 1)
+        others = "no other"
+        if len(mine) > 1:
+            n_others = len(mine) - 1
+            others = (
+                f"the others {sum(busy[1:]) / n_others:.3f} s and "
+                f"{sum(faults[1:]) / n_others:,.0f} on average"
+            )
         lines.append(
             f"  worker {n + 1}: {len(mine)} batches, {sum(busy):.3f} s decoding; first batch "
-            f"{busy[0]:.3f} s and {faults[0]:,} page faults, the others {rest:.3f} s and "
-            f"{sum(faults[1:]) / max(1, len(faults) - 1):,.0f} on average"
+            f"{busy[0]:.3f} s and {faults[0]:,} page faults, {others}"
         )
     return "\n".join(lines)
 
