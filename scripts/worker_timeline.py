@@ -33,7 +33,6 @@ from argtypes import decoding_options, sentence_lines, whole
 
 import nmt.translate
 from nmt.errors import one_line
-from nmt.files import read_lines
 from nmt.translate import Translator
 
 
@@ -50,7 +49,7 @@ def timed_pool(
 
     @contextlib.contextmanager
     def timed(job: Callable[[Any], Any], workers: int) -> Iterator[Callable]:
-        started: set[int] = set()  # a forked worker's own copy: the workers it has been
+        started: set[int] = set()  # each worker's copy: its pid once it has decoded
 
         def measured(item: Any) -> tuple[Any, tuple[int, float, float, int]]:
             if warm[0] and os.getpid() not in started:
@@ -106,11 +105,10 @@ def main() -> None:
     ap.add_argument("--batches", action="store_true", help="print every batch too")
     args = ap.parse_args()
     with one_line():
-        sentence_lines(args.src, "--src")
+        lines = sentence_lines(args.src, "--src")
         tr = Translator.from_checkpoint(
             args.checkpoint, precision=args.precision, int8=args.int8, workers=args.workers
         )
-    lines = read_lines(args.src)
     record: list[tuple[int, float, float, int]] = []
     warm = [False]
     nmt.translate.pool = timed_pool(nmt.translate.pool, record, warm)  # type: ignore[attr-defined]
