@@ -87,7 +87,8 @@ def report(record: list[tuple[int, float, float, int]], began: float, took: floa
                 f"{sum(faults[1:]) / n_others:,.0f} on average"
             )
         lines.append(
-            f"  worker {n + 1}: {len(mine)} batches, {sum(busy):.3f} s decoding; first batch "
+            f"  worker {n + 1}: {len(mine)} batch{'es' * (len(mine) > 1)}, {sum(busy):.3f} s "
+            f"decoding; first batch "
             f"{busy[0]:.3f} s and {faults[0]:,} page faults, {others}"
         )
     return "\n".join(lines)
