@@ -24,7 +24,7 @@ from nmt.data import Prepared, prepare
 from nmt.run_dir import made_by_nmt, resolve_checkpoint
 from nmt.runtime import Precision
 from nmt.tokenizer import Tokenizer, TokenizerError
-from nmt.train_state import TrainState
+from nmt.train_state import RESUME_KEYS, TrainState
 
 
 def _holds(folder: Path, tokenizer: Tokenizer) -> bool:
@@ -65,7 +65,7 @@ def trained(
     ts = TrainState.build(cfg, data.tokenizer, device, precision, None)
     if state is not None:
         try:
-            if "optimizer" in state:  # a training's checkpoint
+            if all(k in state for k in RESUME_KEYS):  # a training's checkpoint
                 ts.restore(state)
             else:  # weights alone (`nmt average`'s): Adam's state starts fresh
                 ts.model.load_state_dict(state["model"])
