@@ -240,6 +240,9 @@ _LIMIT |= {"products": 1, "passes": [1.0, 2.0]}
         {"limits": {}, "results": [{"name": "nmt fp32", "decode": {"greedy": 3}}]},
         {"limits": {"fp32": {**_LIMIT, "passes": ["fast"]}}, "results": []},
         {"limits": {"fp32": {**_LIMIT, "gflops": None}}, "results": []},
+        {"limits": {}, "results": [], "seed": "1"},
+        {"limits": {}, "results": [], "updates": -5},
+        {"limits": {}, "results": [], "updates": True},
     ],
     ids=[
         "unknown field",
@@ -255,6 +258,9 @@ _LIMIT |= {"products": 1, "passes": [1.0, 2.0]}
         "a decoding not a mapping",
         "a pass not a number",
         "a rate null",
+        "a seed not a number",
+        "updates below 0",
+        "updates a bool",
     ],
 )
 def test_a_damaged_previous_run_is_one_line_for_each_reader(tmp_path, run):
@@ -263,7 +269,8 @@ def test_a_damaged_previous_run_is_one_line_for_each_reader(tmp_path, run):
     out = tmp_path / "run.json"
     out.write_text(json.dumps(run))
     for read in (compare_peers.previous_limits, lambda o, f: kept_rows([], o, f)):
-        with pytest.raises(SystemExit, match=f"--redecode: {out} is not a run this script wrote"):
+        says = f"--redecode: {out} is not a run compare_peers.py wrote"
+        with pytest.raises(SystemExit, match=says):
             read(out, "--redecode")
 
 

@@ -192,34 +192,49 @@ def depiece(path: Path, model: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class PreviousRun:
-    """What the run before wrote to --out: its rows and its limits (by limit key)."""
+    """What the run before wrote to --out: its rows and its limits (by limit key), and the
+    seed and number of updates it trained with (updates 0: a run of --minutes; seed None: a
+    run from before --seed)."""
 
     results: list[Result]
     limits: dict[str, Limit]
+    seed: int | None = None
+    updates: int = 0
 
 
 def previous_run(out: Path, flag: str) -> PreviousRun:
-    """What the run before wrote to --out (`out`), for `flag` (--redecode or --redecode-onmt),
-    which decodes that run's models again: its rows and its limits, read here once, so that
-    a damaged file is one line for every reader of it."""
-    damaged = f"{flag}: {out} is not a run this script wrote"
+    """What the run before wrote to --out (`out`), for `flag` (--redecode or --redecode-onmt,
+    which decode that run's models again; `scripts/seeds.py`'s runs): its rows and its
+    limits, read here once, so that a damaged file is one line for every reader of it."""
+    damaged = f"{flag}: {out} is not a run compare_peers.py wrote"
     try:
         run = json.loads(out.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SystemExit(f"{flag}: no previous run in {out}") from None
+        raise SystemExit(f"{flag}: no run of compare_peers.py in {out}: file not found") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise SystemExit(f"{damaged} ({e})") from None
     if not isinstance(run, dict) or not {"results", "limits"} <= run.keys():
         raise SystemExit(f"{damaged} (no results, limits)")
     if not isinstance(run["results"], list) or not isinstance(run["limits"], dict):
         raise SystemExit(f"{damaged} (results not a list, or limits not a mapping)")
+    seed, updates = run.get("seed"), run.get("updates")  # None: a run from before either
+    updates = 0 if updates is None else updates
+    if not (seed is None or _count(seed)) or not _count(updates):
+        raise SystemExit(f"{damaged} (seed or updates not a whole number)")
     try:  # each field's type checked as a config's are (`nmt.typed.build`)
         return PreviousRun(
             [_typed(Result, r, f"results[{i}]") for i, r in enumerate(run["results"])],
             {key: _typed(Limit, d, f"limits.{key}") for key, d in run["limits"].items()},
+            seed,
+            updates,
         )
     except ValueError as e:
         raise SystemExit(f"{damaged} ({e})") from None
+
+
+def _count(x: Any) -> bool:
+    """Whether a JSON value is a whole number >= 0 (not a bool, which JSON keeps apart)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _typed(cls: type, raw: Any, where: str) -> Any:

@@ -1,0 +1,157 @@
+"""BLEU after the same number of updates over several seeds: `compare_peers.py --updates N
+--seed S` runs read side by side.
+
+Why: after 1,000 updates of the reference model, BLEU moves more between seeds than between
+the toolkits (OpenNMT-py's greedy test BLEU was 43.2-46.1 over seeds 1-4 on an AMD EPYC), so
+issue 25's "BLEU after N updates no lower than OpenNMT-py's" is read from several seeds.
+Each run trains every row from the same seed and pieces, so the comparison is seed by seed:
+each row's difference from OpenNMT-py's at each seed, the mean of those differences, and
+its standard error (their standard deviation / √n).
+
+    .venv/bin/python scripts/seeds.py results/compare_peers_1000_updates_int8_s34_passes.json \\
+        results/compare_peers_1000_updates_int8_s40_seed{2,3,4}.json
+
+Each file is a run's --out. The runs are of one number of updates and of seeds of their own.
+A row is a model ("nmt fp32", however it decoded); one missing from a run, or whose decoding
+BLEU is missing from it (a run stopped while decoding: `--redecode` fills it), is left out,
+said below the table. Reads files only; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/
+
+from peers.common import DECODINGS, TEST, PreviousRun, model_of, previous_run  # noqa: E402
+
+REFERENCE = "OpenNMT-py"  # the row every other is compared with (its name starts so)
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """Each model's BLEU by decoding label, one value a run (runs in seed order)."""
+
+    seeds: list[int]
+    updates: int
+    bleu: dict[str, dict[str, list[float]]]  # model -> label -> BLEU at each seed
+    left_out: list[str]  # why a model is not in `bleu`
+
+
+def checked_runs(paths: list[Path]) -> list[tuple[Path, PreviousRun]]:
+    """The runs, in seed order; one line (SystemExit) naming the file where a run is of
+    --minutes, of another number of updates than the first, or of a seed already read."""
+    runs = [(p, previous_run(p, "seeds.py")) for p in paths]
+    first, seen = runs[0], {}
+    for path, run in runs:
+        if run.updates == 0:
+            raise SystemExit(
+                f"seeds.py: {path} is a run of --minutes: its rows trained different numbers "
+                "of updates; expected runs of --updates N"
+            )
+        if run.updates != first[1].updates:
+            raise SystemExit(
+                f"seeds.py: {path} trained {run.updates} updates, {first[0]} "
+                f"{first[1].updates}; expected runs of one number of updates"
+            )
+        if run.seed is None:
+            raise SystemExit(f"seeds.py: {path} has no seed (a run from before --seed)")
+        if run.seed in seen:
+            raise SystemExit(
+                f"seeds.py: {path} is seed {run.seed} again ({seen[run.seed]}); "
+                "expected runs of seeds of their own"
+            )
+        seen[run.seed] = path
+    return sorted(runs, key=lambda r: r[1].seed or 0)
+
+
+def gather(runs: list[tuple[Path, PreviousRun]]) -> Seeds:
+    """Each model's BLEU at each seed, for the models every run decoded both ways."""
+    models = list(dict.fromkeys(model_of(r.name) for _, run in runs for r in run.results))
+    bleu: dict[str, dict[str, list[float]]] = {}
+    left_out = []
+    for model in models:
+        by_label: dict[str, list[float]] = {label: [] for label, _ in DECODINGS}
+        for path, run in runs:
+            row = next((r for r in run.results if model_of(r.name) == model), None)
+            missing = [] if row is not None else ["row"]
+            for label, values in by_label.items():
+                value = None if row is None else row.decode.get(label, {}).get("bleu")
+                if _score(value):
+                    values.append(float(value))
+                elif row is not None:
+                    missing.append(f"{label} BLEU")
+            if missing:
+                left_out.append(f"{model}: {path} has no {' or '.join(missing)}")
+                break
+        else:
+            bleu[model] = by_label
+    seeds = [run.seed or 0 for _, run in runs]
+    return Seeds(seeds, runs[0][1].updates, bleu, left_out)
+
+
+def _score(x: object) -> bool:
+    """Whether a JSON value is a BLEU score: a finite number (not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def difference(values: list[float], reference: list[float]) -> str:
+    """Mean of the seed-by-seed differences, ± their standard error where n > 1: '+0.08 ± 0.44'."""
+    d = [v - r for v, r in zip(values, reference, strict=True)]
+    mean = statistics.fmean(d)
+    if len(d) < 2:
+        return f"{mean:+.2f}"
+    return f"{mean:+.2f} ± {statistics.stdev(d) / len(d) ** 0.5:.2f}"
+
+
+def table(s: Seeds) -> list[str]:
+    """The markdown table: a model a line, 'greedy / beam 5' in each cell."""
+    labels = [label for label, _ in DECODINGS]
+    reference = next((m for m in s.bleu if m.startswith(REFERENCE)), None)
+    head = [f"seed {n}" for n in s.seeds] + ["mean"]
+    if reference is not None:
+        head.append(f"− {reference} (± s.e.)")
+    lines = [
+        f"| {s.updates:,} updates, {TEST} BLEU, {' / '.join(labels)} | {' | '.join(head)} |",
+        "|---" * (len(head) + 1) + "|",
+    ]
+    for model, by_label in s.bleu.items():
+        cells = [
+            " / ".join(f"{by_label[label][i]:.2f}" for label in labels) for i in range(len(s.seeds))
+        ]
+        cells.append(" / ".join(f"{statistics.fmean(by_label[label]):.2f}" for label in labels))
+        if reference is not None:
+            ref = s.bleu[reference]
+            same = model == reference
+            cells.append(
+                "" if same else " / ".join(difference(by_label[k], ref[k]) for k in labels)
+            )
+        lines.append(f"| {model} | {' | '.join(cells)} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("runs", type=Path, nargs="+", help="compare_peers.py --out files, a seed each")
+    args = ap.parse_args(argv)
+    if len(args.runs) < 2:
+        ap.error("expected at least two runs, a seed each")
+    s = gather(checked_runs(args.runs))
+    if not s.bleu:
+        raise SystemExit("seeds.py: no model was decoded in every run: " + "; ".join(s.left_out))
+    print("\n".join(table(s)))
+    if not any(m.startswith(REFERENCE) for m in s.bleu):
+        print(f"no {REFERENCE} row in every run: no differences to show")
+    for why in s.left_out:
+        print(f"left out: {why}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""scripts/seeds.py: BLEU after N updates over several compare_peers.py runs, a seed each."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import seeds  # noqa: E402
+
+RESULTS = ROOT / "results"
+
+
+def _run_file(tmp_path, name: str, rows: dict, *, seed=1, updates=1000) -> str:
+    """A compare_peers.py --out file with `rows`: model name -> (greedy, beam 5) BLEU or None."""
+    results = []
+    for model, bleu in rows.items():
+        decode = {} if bleu is None else {"greedy": {"bleu": bleu[0]}, "beam5": {"bleu": bleu[1]}}
+        results.append({"name": model, "decode": decode})
+    run = {"limits": {}, "results": results, "seed": seed, "updates": updates}
+    path = tmp_path / name
+    path.write_text(json.dumps(run))
+    return str(path)
+
+
+def test_each_rows_difference_is_taken_seed_by_seed(tmp_path, capsys):
+    onmt = "OpenNMT-py 3.5.1"
+    one = _run_file(tmp_path, "a.json", {onmt: (40, 41), "nmt fp32, int8": (41, 43)}, seed=2)
+    two = _run_file(tmp_path, "b.json", {onmt: (30, 31), "nmt fp32": (32, 31)}, seed=1)
+    seeds.main([one, two])
+    lines = capsys.readouterr().out.splitlines()
+    assert "| seed 1 | seed 2 | mean | − OpenNMT-py 3.5.1 (± s.e.) |" in lines[0]  # seed order
+    assert lines[2].startswith(f"| {onmt} | 30.00 / 31.00 | 40.00 / 41.00 | 35.00 / 36.00 |")
+    # differences: greedy 2 and 1 (mean 1.5, sd 0.71, s.e. 0.5); beam 0 and 2 (1 ± 1)
+    assert lines[3] == (
+        "| nmt fp32 | 32.00 / 31.00 | 41.00 / 43.00 | 36.50 / 37.00 | +1.50 ± 0.50 / +1.00 ± 1.00 |"
+    )
+
+
+@pytest.mark.parametrize(
+    "runs, fp32, bf16",
+    [
+        (
+            ["s19", "s19_seed2", "s20_seed3", "s20_seed4"],  # AMD EPYC, sessions 19-20
+            "| 45.37 / 47.03 | +0.08 ± 0.44 / +0.20 ± 0.56 |",
+            "| 44.88 / 46.51 | -0.41 ± 0.59 / -0.32 ± 0.66 |",
+        ),
+        (
+            ["s34_passes", "s40_seed2", "s40_seed3", "s40_seed4"],  # Xeon with AMX
+            "| 45.31 / 46.73 | +0.12 ± 0.77 / +0.01 ± 0.57 |",
+            "| 45.54 / 47.31 | +0.34 ± 0.47 / +0.59 ± 0.59 |",
+        ),
+    ],
+    ids=["amd", "xeon"],
+)
+def test_the_readmes_four_seed_table_is_what_the_script_prints(runs, fp32, bf16, capsys):
+    """The README's table of four seeds, each machine's from its committed runs."""
+    seeds.main([str(RESULTS / f"compare_peers_1000_updates_int8_{n}.json") for n in runs])
+    out = capsys.readouterr().out
+    assert fp32 in out and bf16 in out
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for row in (fp32, bf16):  # the README writes a minus sign
+        assert row.replace("-", "−").strip("| ") in readme
+
+
+def test_a_row_not_decoded_in_every_run_is_left_out_with_a_word(tmp_path, capsys):
+    one = _run_file(tmp_path, "a.json", {"OpenNMT-py": (40, 41), "nmt bf16": None, "Joey": (9, 9)})
+    two = _run_file(tmp_path, "b.json", {"OpenNMT-py": (30, 31), "nmt bf16": (30, 30)}, seed=2)
+    seeds.main([one, two])
+    out = capsys.readouterr().out
+    assert "| nmt bf16 |" not in out and "| Joey |" not in out and "| OpenNMT-py |" in out
+    assert f"left out: nmt bf16: {one} has no greedy BLEU or beam5 BLEU" in out
+    assert f"left out: Joey: {two} has no row" in out
+
+
+@pytest.mark.parametrize(
+    "second, says",
+    [
+        ({"updates": 0}, "b.json is a run of --minutes"),
+        ({"updates": 700}, "b.json trained 700 updates"),
+        ({"seed": 1}, "b.json is seed 1 again"),
+        ({"seed": None}, "b.json has no seed"),
+    ],
+    ids=["minutes", "other updates", "same seed", "no seed"],
+)
+def test_runs_that_do_not_compare_are_refused_in_one_line(tmp_path, second, says):
+    one = _run_file(tmp_path, "a.json", {"OpenNMT-py": (40, 41)})
+    two = _run_file(tmp_path, "b.json", {"OpenNMT-py": (30, 31)}, **{"seed": 2, **second})
+    with pytest.raises(SystemExit, match=f"^seeds.py: .*{says}"):
+        seeds.main([one, two])
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["results/compare_peers_1000_updates_int8_s19.json"], "expected at least two runs"),
+        (["nope.json", "README.md"], "seeds.py: no run of compare_peers.py in nope.json"),
+        (["README.md", "README.md"], "seeds.py: README.md is not a run compare_peers.py wrote"),
+    ],
+)
+def test_bad_input_is_one_line_without_a_traceback(args, says):
+    proc = subprocess.run(
+        [sys.executable, "scripts/seeds.py", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
