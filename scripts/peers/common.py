@@ -217,24 +217,25 @@ def previous_run(out: Path, flag: str) -> PreviousRun:
         raise SystemExit(f"{damaged} (no results, limits)")
     if not isinstance(run["results"], list) or not isinstance(run["limits"], dict):
         raise SystemExit(f"{damaged} (results not a list, or limits not a mapping)")
-    seed, updates = run.get("seed"), run.get("updates")  # None: a run from before either
-    updates = 0 if updates is None else updates
-    if not (seed is None or _count(seed)) or not _count(updates):
-        raise SystemExit(f"{damaged} (seed or updates not a whole number)")
     try:  # each field's type checked as a config's are (`nmt.typed.build`)
+        trained = _typed(_Trained, {k: run.get(k) for k in ("seed", "updates")}, "run")
         return PreviousRun(
             [_typed(Result, r, f"results[{i}]") for i, r in enumerate(run["results"])],
             {key: _typed(Limit, d, f"limits.{key}") for key, d in run["limits"].items()},
-            seed,
-            updates,
+            trained.seed,
+            trained.updates or 0,
         )
     except ValueError as e:
         raise SystemExit(f"{damaged} ({e})") from None
 
 
-def _count(x: Any) -> bool:
-    """Whether a JSON value is a whole number >= 0 (not a bool, which JSON keeps apart)."""
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+@dataclass(frozen=True)
+class _Trained:
+    """A run's seed and number of updates as its JSON holds them (None: a run from before
+    either was written)."""
+
+    seed: int | None = typed.option(None, min=0)
+    updates: int | None = typed.option(None, min=0)
 
 
 def _typed(cls: type, raw: Any, where: str) -> Any:
