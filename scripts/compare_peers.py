@@ -30,8 +30,8 @@ window, the median of the windows after the first (which holds start-up). Each r
 gives its share of the machine's own limit for the model (`peers/limit.py`: the tokens/s
 its matrix products alone would allow, at the model's shapes, in the row's precision,
 measured in the same run: before the first row trains and after each toolkit's rows, each
-product's fastest timing kept, each pass's own figure in the JSON), with the CPU's model and
-flags in the output and JSON.
+product's fastest timing kept, each pass's own figure in the JSON), with the CPU's model name,
+family and model numbers and flags in the output and JSON.
 On a GPU, nmt's rows train there and are measured against the GPU's own limit in their
 precision ("cuda fp16"); the peers still train on the CPU, against its fp32 limit.
 Peak memory is the training process's peak resident set (`wait4`). Decoding times are the
@@ -86,7 +86,7 @@ from peers.common import (  # noqa: E402
     previous_run,
     sh,
 )
-from peers.limit import Limit, Timings, cpu_flags, cpu_name, limit_key, timed_pass  # noqa: E402
+from peers.limit import Cpu, Limit, Timings, limit_key, this_cpu, timed_pass  # noqa: E402
 from peers.options import check_decoding, check_files, decoding_arguments, nmt_config  # noqa: E402
 
 from nmt.display import save_figure  # noqa: E402
@@ -146,11 +146,18 @@ def limit_pass(args: argparse.Namespace, only: set[str], timings: dict[str, Timi
     timed_pass(cfg, wanted, timings)
 
 
-def previous_limits(out: Path, flag: str) -> dict[str, Limit]:
+def previous_limits(out: Path, flag: str, here: Cpu) -> dict[str, Limit]:
     """The limits measured by the run in `out` (decoding again, as `flag` asks, keeps its
     training figures, so their share of the limit is taken against the limit measured
-    beside them)."""
-    limits = previous_run(out, flag).limits
+    beside them). Refused where that run measured another CPU: its file would hold one
+    machine's training and limits, another's decodings, and name only this one."""
+    run = previous_run(out, flag)
+    if run.cpu is not None and run.cpu.differs(here):
+        raise SystemExit(
+            f"{flag}: {out} was measured on {run.cpu}, and this is {here}: decode it again "
+            "on that machine, or train anew here (without --redecode) to another --out"
+        )
+    limits = run.limits
     for precision, lim in limits.items():
         print(f"limit {precision}: {lim.tokens_per_s:,.0f} tok/s, measured by the run in {out}")
     return limits
@@ -283,7 +290,7 @@ class Report:
 
     args: argparse.Namespace
     threads: int
-    flags: list[str]
+    cpu: Cpu
     gpu: str | None
     limits: dict[str, Limit]
 
@@ -293,8 +300,9 @@ class Report:
         run = {
             "threads": self.threads,
             "torch": torch.__version__,
-            "cpu": cpu_name(),
-            "cpu_flags": self.flags,
+            "cpu": self.cpu.name,
+            "cpu_id": self.cpu.id,
+            "cpu_flags": list(self.cpu.flags),
             "gpu": self.gpu,
             "limits": {p: asdict(lim) for p, lim in self.limits.items()},
             "minutes": args.minutes,
@@ -323,16 +331,16 @@ def main() -> None:
             print(f"{joey.NAME}: left out: its adapter trains for --minutes only")
             only -= set(joey.KEYS)
     threads = torch.get_num_threads()
-    flags = cpu_flags()
+    cpu = this_cpu()
     budget = f"{args.updates} updates" if args.updates else f"{args.minutes} min"
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     print(
-        f"{cpu_name()}; flags: {' '.join(flags) or 'unknown'}; {threads} threads, torch "
+        f"{cpu}; {threads} threads, torch "
         f"{torch.__version__}, {budget} each, seed {args.seed}; work in {args.work}"
         + (f"; GPU: {gpu} (nmt's rows train there, the peers on the CPU)" if gpu else "")
     )
     # --redecode keeps the previous run's limits; else passes before and between the rows
-    limits = previous_limits(args.out, args.again) if args.again else {}
+    limits = previous_limits(args.out, args.again, cpu) if args.again else {}
     timings: dict[str, Timings] = {}
     if not args.again:
         limit_pass(args, only, timings)
@@ -348,7 +356,7 @@ def main() -> None:
         sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
     if not args.again:
         limits = {key: t.limit() for key, t in timings.items()}
-    report = Report(args, threads, flags, gpu, limits)
+    report = Report(args, threads, cpu, gpu, limits)
     if decodings:
         # the training figures kept if the decodings are cut short; not twice into a stream
         # (--out /dev/stdout), nor over the run that --redecode reads

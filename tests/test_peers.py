@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import re
@@ -31,12 +32,14 @@ from peers import (
 from peers import limit as limit_mod  # noqa: E402
 from peers.common import DECODINGS, Decoding, Result, decode_in_turns, kept_rows  # noqa: E402
 from peers.limit import (  # noqa: E402
+    Cpu,
     Limit,
     Product,
     Timings,
     limit_key,
     product_of,
     step_products,
+    this_cpu,
     time_step,
 )
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
@@ -216,7 +219,7 @@ def test_previous_limits_read_runs_written_before_gpus(tmp_path):
     old["fp32"] |= {"mflop_per_token": 47.4, "products": 230, "library": "oneDNN 90%"}
     out = tmp_path / "run.json"
     out.write_text(json.dumps({"limits": old, "results": []}))
-    limits = compare_peers.previous_limits(out, "--redecode")
+    limits = compare_peers.previous_limits(out, "--redecode", this_cpu())
     assert limits["fp32"].device == "cpu" and limits["fp32"].tokens_per_s == 9554.0
 
 
@@ -243,6 +246,7 @@ _LIMIT |= {"products": 1, "passes": [1.0, 2.0]}
         {"limits": {}, "results": [], "seed": "1"},
         {"limits": {}, "results": [], "updates": -5},
         {"limits": {}, "results": [], "updates": True},
+        {"limits": {}, "results": [], "cpu": "AMD EPYC", "cpu_flags": "avx2 fma"},
     ],
     ids=[
         "unknown field",
@@ -261,6 +265,7 @@ _LIMIT |= {"products": 1, "passes": [1.0, 2.0]}
         "a seed not a number",
         "updates below 0",
         "updates a bool",
+        "flags not a list",
     ],
 )
 def test_a_damaged_previous_run_is_one_line_for_each_reader(tmp_path, run):
@@ -268,16 +273,65 @@ def test_a_damaged_previous_run_is_one_line_for_each_reader(tmp_path, run):
     line naming the file, whichever of them reads it first (each once raised a TypeError)."""
     out = tmp_path / "run.json"
     out.write_text(json.dumps(run))
-    for read in (compare_peers.previous_limits, lambda o, f: kept_rows([], o, f)):
+    limits = lambda o, f: compare_peers.previous_limits(o, f, this_cpu())  # noqa: E731
+    for read in (limits, lambda o, f: kept_rows([], o, f)):
         says = f"--redecode: {out} is not a run compare_peers.py wrote"
         with pytest.raises(SystemExit, match=says):
             read(out, "--redecode")
 
 
+ZEN4 = Cpu("AMD EPYC", "family 25, model 17", ("avx2", "fma", "avx512f", "avx512_bf16"))
+ZEN4_NOW = dataclasses.replace(ZEN4, flags=(*ZEN4.flags, "avx512_vnni"))  # as named since s41
+
+
+@pytest.mark.parametrize(
+    "recorded, other",
+    [
+        (
+            {"cpu": "AMD EPYC", "cpu_id": "family 25, model 17", "cpu_flags": list(ZEN4_NOW.flags)},
+            False,
+        ),
+        ({"cpu": "AMD EPYC", "cpu_id": "family 26, model 2", "cpu_flags": list(ZEN4.flags)}, True),
+        ({"cpu": "Intel(R) Xeon(R) Processor", "cpu_id": "family 25, model 17"}, True),
+        ({"cpu": "AMD EPYC", "cpu_id": "family 25, model 17", "cpu_flags": ["avx2", "fma"]}, True),
+        # runs before session 41: a name and seven flags, of which this CPU's VNNI is not one
+        ({"cpu": "AMD EPYC", "cpu_flags": ["avx2", "fma", "avx512f", "avx512_bf16"]}, False),
+        ({"cpu": "AMD EPYC", "cpu_flags": ["avx2", "fma"]}, True),
+        ({"cpu": "Intel(R) Xeon(R) Processor", "cpu_flags": list(ZEN4.flags)}, True),
+        ({}, False),  # a run that named no CPU: nothing to hold it against
+    ],
+    ids=[
+        "same",
+        "another model",
+        "another name",
+        "other flags",
+        "older, same",
+        "older, other flags",
+        "older, another name",
+        "no CPU named",
+    ],
+)
+def test_decoding_again_refuses_a_run_measured_on_another_cpu(tmp_path, recorded, other):
+    """--redecode keeps the previous run's training figures and limits and writes this
+    machine's decodings beside them, under this machine's name: from another CPU (Zen 4 and
+    Zen 5 both call themselves "AMD EPYC" under a hypervisor) that file would mix two
+    machines. Refused in one line naming both."""
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps({"limits": {"fp32": _LIMIT}, "results": [], **recorded}))
+    here = ZEN4_NOW
+    if other:
+        says = f"--redecode: {out} was measured on {recorded['cpu']}"
+        with pytest.raises(SystemExit, match=re.escape(says)) as refused:
+            compare_peers.previous_limits(out, "--redecode", here)
+        assert str(here) in str(refused.value) and "\n" not in str(refused.value)
+    else:
+        assert compare_peers.previous_limits(out, "--redecode", here)["fp32"].passes == [1.0, 2.0]
+
+
 def test_a_previous_runs_limits_keep_their_passes(tmp_path):
     out = tmp_path / "run.json"
     out.write_text(json.dumps({"limits": {"fp32": _LIMIT}, "results": []}))
-    assert compare_peers.previous_limits(out, "--redecode")["fp32"].passes == [1.0, 2.0]
+    assert compare_peers.previous_limits(out, "--redecode", this_cpu())["fp32"].passes == [1.0, 2.0]
 
 
 @pytest.mark.parametrize(
@@ -477,6 +531,9 @@ def test_the_training_figures_are_written_before_the_decodings(tmp_path, monkeyp
     (written,) = run["results"]
     assert written["tokens_per_s"] == 1000.0 and run["decoded"] is not cut_short
     assert written["decode"] == ({} if cut_short else {"greedy": row.decode["greedy"]})
+    # the machine as written is the machine as read back (`--redecode`'s check of it)
+    assert common.previous_run(out, "--redecode").cpu == this_cpu()
+    assert run["cpu_id"] == this_cpu().id
 
 
 def test_the_limit_is_timed_before_the_rows_train_and_after_them(tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ from typing import Any
 import sentencepiece as spm
 
 from nmt import evaluate, signals, typed
-from peers.limit import Limit
+from peers.limit import Cpu, Limit
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "reference_rnn.yaml"
@@ -192,14 +192,15 @@ def depiece(path: Path, model: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class PreviousRun:
-    """What the run before wrote to --out: its rows and its limits (by limit key), and the
-    seed and number of updates it trained with (updates 0: a run of --minutes; seed None: a
-    run from before --seed)."""
+    """What the run before wrote to --out: its rows and its limits (by limit key), the seed
+    and number of updates it trained with (updates 0: a run of --minutes; seed None: a run
+    from before --seed), and the CPU it measured on (None: a run that did not say)."""
 
     results: list[Result]
     limits: dict[str, Limit]
     seed: int | None = None
     updates: int = 0
+    cpu: Cpu | None = None
 
 
 def previous_run(out: Path, flag: str) -> PreviousRun:
@@ -218,24 +219,28 @@ def previous_run(out: Path, flag: str) -> PreviousRun:
     if not isinstance(run["results"], list) or not isinstance(run["limits"], dict):
         raise SystemExit(f"{damaged} (results not a list, or limits not a mapping)")
     try:  # each field's type checked as a config's are (`nmt.typed.build`)
-        trained = _typed(_Trained, {k: run.get(k) for k in ("seed", "updates")}, "run")
+        own = _typed(_Own, {f.name: run.get(f.name) for f in dataclasses.fields(_Own)}, "run")
         return PreviousRun(
             [_typed(Result, r, f"results[{i}]") for i, r in enumerate(run["results"])],
             {key: _typed(Limit, d, f"limits.{key}") for key, d in run["limits"].items()},
-            trained.seed,
-            trained.updates or 0,
+            own.seed,
+            own.updates or 0,
+            Cpu(own.cpu, own.cpu_id, tuple(own.cpu_flags or ())) if own.cpu else None,
         )
     except ValueError as e:
         raise SystemExit(f"{damaged} ({e})") from None
 
 
 @dataclass(frozen=True)
-class _Trained:
-    """A run's seed and number of updates as its JSON holds them (None: a run from before
-    either was written)."""
+class _Own:
+    """A run's own fields, besides its rows and limits, as its JSON holds them (None: a run
+    from before the field was written)."""
 
     seed: int | None = typed.option(None, min=0)
     updates: int | None = typed.option(None, min=0)
+    cpu: str | None = None  # the CPU's model name, "cpu_id" its family and model
+    cpu_id: str | None = None
+    cpu_flags: list[str] | None = None
 
 
 def _typed(cls: type, raw: Any, where: str) -> Any:

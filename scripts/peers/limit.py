@@ -54,18 +54,48 @@ from nmt.step import token_loss  # noqa: E402
 _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}
 ROUNDS = 3  # timings of each product, the fastest kept (`limit`)
 REPEATS = 20  # on a GPU, products a timing queues before it waits for them
-# CPU features that decide a product's speed, as lscpu/proc name them.
-_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+# CPU features that decide a product's speed, as lscpu/proc name them: float and bf16
+# products, then int8 decoding's (VNNI) and AMX's fp16. Runs before session 41 named the
+# first seven only, and no family and model (`Cpu.differs`).
+_FLAGS = (
+    *("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"),
+    *("avx512_vnni", "avx_vnni", "amx_fp16"),
+)
+_FLAGS_BEFORE_ID = _FLAGS[:7]
 
 
-def cpu_flags() -> list[str]:
-    """The matrix-relevant CPU flags of this machine (Linux /proc/cpuinfo), in a fixed order."""
+@dataclass(frozen=True)
+class Cpu:
+    """The CPU a run measured on, as compare_peers' JSON records it ("cpu", "cpu_id",
+    "cpu_flags"). Under a hypervisor the model name can be as bare as "AMD EPYC", the same
+    for a Zen 4 and a Zen 5 whose products run at half and full rate: the family and model
+    numbers tell them apart."""
+
+    name: str
+    id: str | None  # "family 25, model 17"; None in a run from before session 41
+    flags: tuple[str, ...]  # those of _FLAGS it has, in that order
+
+    def __str__(self) -> str:
+        said = f"{self.name} ({self.id})" if self.id else self.name
+        return f"{said}; flags: {' '.join(self.flags) or 'unknown'}"
+
+    def differs(self, here: Cpu) -> bool:
+        """Whether this run's CPU is another than `here`, as far as the run recorded it."""
+        if self.id is None:  # what an older run named: its name and the first seven flags
+            older = [f for f in here.flags if f in _FLAGS_BEFORE_ID]
+            return (self.name, list(self.flags)) != (here.name, older)
+        return (self.name, self.id, self.flags) != (here.name, here.id, here.flags)
+
+
+def this_cpu() -> Cpu:
+    """This machine's CPU (Linux /proc/cpuinfo; "unknown CPU" elsewhere)."""
     present = set(cpuinfo("flags").split())
-    return [f for f in _FLAGS if f in present]
-
-
-def cpu_name() -> str:
-    return cpuinfo("model name") or "unknown CPU"
+    family, model = cpuinfo("cpu family"), cpuinfo("model")
+    return Cpu(
+        cpuinfo("model name") or "unknown CPU",
+        f"family {family}, model {model}" if family and model else None,
+        tuple(f for f in _FLAGS if f in present),
+    )
 
 
 @dataclass(frozen=True)
@@ -302,7 +332,7 @@ def main() -> None:
         sys.exit("--device cuda: torch sees no GPU on this machine")
     if device.type == "cpu" and "fp16" in args.precision:
         sys.exit("--precision fp16: fp16 is for GPUs (--device cuda)")
-    print(f"{cpu_name()}; flags: {' '.join(cpu_flags())}; {torch.get_num_threads()} threads")
+    print(f"{this_cpu()}; {torch.get_num_threads()} threads")
     if device.type == "cuda":
         print(f"GPU: {torch.cuda.get_device_name(device)}")
     for precision in args.precision:
