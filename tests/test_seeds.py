@@ -68,6 +68,22 @@ def test_the_readmes_four_seed_table_is_what_the_script_prints(runs, fp32, bf16,
         assert row.replace("-", "−").strip("| ") in readme
 
 
+def test_runs_of_several_cpus_say_each_seeds_cpu(tmp_path, capsys):
+    one = _run_file(tmp_path, "a.json", {"OpenNMT-py": (40, 41)})
+    two = _run_file(tmp_path, "b.json", {"OpenNMT-py": (30, 31)}, seed=2)
+    seeds.main([one, two])  # neither named a CPU: nothing said
+    assert "ran on" not in capsys.readouterr().out
+    run = json.loads((tmp_path / "b.json").read_text())
+    run |= {"cpu": "AMD EPYC", "cpu_id": "family 25, model 17", "cpu_flags": ["avx2", "fma"]}
+    (tmp_path / "b.json").write_text(json.dumps(run))
+    seeds.main([one, two])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == [
+        "seed 1 ran on a CPU its run did not name",
+        "seed 2 ran on AMD EPYC (family 25, model 17); flags: avx2 fma",
+    ]
+
+
 def test_a_row_not_decoded_in_every_run_is_left_out_with_a_word(tmp_path, capsys):
     one = _run_file(tmp_path, "a.json", {"OpenNMT-py": (40, 41), "nmt bf16": None, "Joey": (9, 9)})
     two = _run_file(tmp_path, "b.json", {"OpenNMT-py": (30, 31), "nmt bf16": (30, 30)}, seed=2)
