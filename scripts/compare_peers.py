@@ -155,7 +155,7 @@ def previous_limits(out: Path, flag: str, here: Cpu) -> dict[str, Limit]:
     if run.cpu is not None and run.cpu.differs(here):
         raise SystemExit(
             f"{flag}: {out} was measured on {run.cpu}, and this is {here}: decode it again "
-            "on that machine, or train anew here (without --redecode) to another --out"
+            f"on that machine, or train anew here (without {flag}) to another --out"
         )
     limits = run.limits
     for precision, lim in limits.items():
