@@ -185,8 +185,8 @@ def test_table_fills_every_cell_it_can_and_says_why_for_the_others():
     limits = {"fp32": _limit("fp32"), "bf16": _limit("bf16", tokens_per_s=18_000.0)}
     rows = compare_peers.table([onmt, fp32, fp16, broken], onmt, limits).splitlines()[2:]
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
-    assert cells[0][1:3] == ["2,000 (1.00x)", "20% of fp32"]
-    assert cells[1][1:3] == ["6,000 (3.00x)", "60% of fp32"]
+    assert cells[0][1:3] == ["2,000 (1.00x)", "20.0% of fp32"]
+    assert cells[1][1:3] == ["6,000 (3.00x)", "60.0% of fp32"]
     assert cells[1][5:] == ["1.0 (4.00x)", "45.5", "5.0 (4.00x)", "45.5"]
     assert cells[2][2] == "-" and cells[3][5:] == ["-"] * 4
     assert all(cell for row in cells for cell in row)
@@ -197,8 +197,12 @@ def test_table_fills_every_cell_it_can_and_says_why_for_the_others():
         "nmt bf16: no beam5 decoding (it crashed)",
     ]
     with_gpu = {**limits, "cuda fp16": _limit("fp16", "cuda", 100_000.0)}
-    assert "50% of cuda fp16" in compare_peers.table([fp16], None, with_gpu)
+    assert "50.0% of cuda fp16" in compare_peers.table([fp16], None, with_gpu)
     assert compare_peers.missing([onmt, fp32, fp16], with_gpu) == []
+    # a share just under a target is not rounded up to it (4,139 / 8,355 tokens/s)
+    bf16 = Result("nmt bf16", 4_139.0, steps=919, precision="bf16")
+    near = compare_peers.table([bf16], None, {"bf16": _limit("bf16", tokens_per_s=8_355.0)})
+    assert "49.5% of bf16" in near
 
 
 def test_decoding_again_another_way_replaces_the_models_rows(tmp_path):
