@@ -82,9 +82,8 @@ class Cpu:
     def differs(self, here: Cpu) -> bool:
         """Whether this run's CPU is another than `here`, as far as the run recorded it."""
         if self.id is None:  # what an older run named: its name and the first seven flags
-            older = [f for f in here.flags if f in _FLAGS_BEFORE_ID]
-            return (self.name, list(self.flags)) != (here.name, older)
-        return (self.name, self.id, self.flags) != (here.name, here.id, here.flags)
+            here = Cpu(here.name, None, tuple(f for f in here.flags if f in _FLAGS_BEFORE_ID))
+        return self != here
 
 
 def this_cpu() -> Cpu:
