@@ -80,6 +80,7 @@ from peers.common import (  # noqa: E402
     ROOT,
     Result,
     Shared,
+    check_redecoded,
     decode_in_turns,
     encode_pieces,
     kept_rows,
@@ -355,6 +356,8 @@ def main() -> None:
         decodings += timed
     if not results:
         sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
+    if args.again:
+        check_redecoded(results, decodings, args)
     if not args.again:
         limits = {key: t.limit() for key, t in timings.items()}
     report = Report(args, threads, cpu, gpu, limits)

@@ -370,6 +370,8 @@ def test_nmt_rows_decode_in_the_precision_asked_for(tmp_path, monkeypatch):
     monkeypatch.setattr(
         nmt_toolkit, "previous_result", lambda args, name: Result(name=name, tokens_per_s=1.0)
     )
+    (tmp_path / "nmt-fp32").mkdir()
+    (tmp_path / "nmt-fp32" / "last.pt").write_bytes(b"")  # decoded by a command, not here
     for asked, want, name in (
         (None, "fp32", "nmt fp32"),
         ("bf16", "bf16", "nmt fp32, bf16 decoding"),
@@ -382,6 +384,43 @@ def test_nmt_rows_decode_in_the_precision_asked_for(tmp_path, monkeypatch):
         assert [d.cmd[7] for d in decodings] == [want] * len(DECODINGS)
         assert [d.label for d in decodings] == [label for label, _ in DECODINGS]
         assert all(d.result is row for d in decodings)
+
+
+def test_a_redecode_without_the_model_in_work_says_so_and_decodes_nothing(tmp_path, monkeypatch):
+    """`--redecode` with a --work that does not hold the run's models: the row says where the
+    model was looked for, as the peers' rows say "nothing decoded", and no decoding command
+    runs (each once failed with the decoding process's traceback)."""
+    monkeypatch.setattr(
+        nmt_toolkit, "previous_result", lambda args, name: Result(name=name, tokens_per_s=1.0)
+    )
+    args = argparse.Namespace(int8=True, decode_precision=None, curve=False, redecode=True)
+    args.work = args.data = tmp_path
+    args.decode_workers, args.decode_repeats = 2, 1
+    (row,), decodings = nmt_toolkit.run_all(args, None, {"nmt-fp32"})  # type: ignore[arg-type]
+    assert decodings == []
+    assert row.note == f"no model at {tmp_path / 'nmt-fp32' / 'last.pt'}: nothing decoded"
+    assert compare_peers.missing([row], {})[1:] == [
+        f"{row.name}: no {label} decoding ({row.note})" for label, _ in DECODINGS
+    ]
+    # and compare_peers.py stops there, the run it was to decode again left as it was
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps({"limits": {}, "results": [asdict(row)]}))
+    kept = out.read_bytes()
+    monkeypatch.setattr(compare_peers, "ADAPTERS", [nmt_toolkit])
+    monkeypatch.setattr(compare_peers, "_shared_pieces", lambda *_: None)
+    monkeypatch.setattr(common, "previous_result", lambda args, name: Result(name, 1.0))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.en").write_text("a\n")
+    argv = ["compare_peers.py", "--data", str(tmp_path / "data"), "--work", str(tmp_path / "w")]
+    argv += ["--out", str(out), "--only", "nmt-fp32", "--redecode"]
+    monkeypatch.setattr(sys, "argv", argv)
+    before = signal.getsignal(signal.SIGTERM)  # main's own handler, not the suite's after it
+    try:
+        with pytest.raises(SystemExit, match=r"^--redecode: nmt fp32: no model at .*as it was$"):
+            compare_peers.main()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert out.read_bytes() == kept
 
 
 def test_decodings_run_in_turns_and_fill_their_rows(tmp_path, monkeypatch):

@@ -254,6 +254,20 @@ def _typed(cls: type, raw: Any, where: str) -> Any:
     return built
 
 
+def check_redecoded(
+    results: list[Result], decodings: list[Decoding], args: argparse.Namespace
+) -> None:
+    """One line (SystemExit) where `--redecode` has a row with nothing to decode (a --work
+    that does not hold that run's models): written, --out would lose that row's decodings."""
+    undecoded = [r for r in results if not any(d.result is r for d in decodings)]
+    if undecoded:
+        why = "; ".join(f"{r.name}: {r.note or 'nothing to decode'}" for r in undecoded)
+        raise SystemExit(
+            f"{args.again}: {why}; is --work the folder that run trained in? "
+            f"{args.out} left as it was"
+        )
+
+
 def model_of(name: str) -> str:
     """A row's model: its name less how it decoded ("nmt fp32, int8 decoding" -> "nmt fp32")."""
     return name.split(", ")[0]

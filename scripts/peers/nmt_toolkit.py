@@ -76,7 +76,13 @@ def run_all(
             r.note = "same sentencepiece model" if same else "sentencepiece model differs!"
             if args.updates and r.steps != args.updates:
                 r.note += f"; stopped at step {r.steps}, not the {args.updates} asked for!"
-        decodings += nmt_decode(r, run_dir, decode_in, args)
+        # the timed speed run decodes where it stopped; a curve run (validating as nmt does)
+        # decodes what nmt would translate with (averaged, else best)
+        model = run_dir if args.curve else run_dir / LAST_NAME
+        if model.exists():
+            decodings += nmt_decode(r, model, decode_in, args)
+        else:  # --redecode with a --work that does not hold the run: said, as the peers say it
+            r.note = f"no model at {model}: nothing decoded"
         r.name += suffix
         results.append(r)
         print(f"  {r.tokens_per_s:,.0f} tok/s", flush=True)
@@ -145,10 +151,10 @@ DECODE_TIME = re.compile(r'"seconds": ([\d.eE+-]+)')  # what NMT_DECODE prints
 
 
 def nmt_decode(
-    result: Result, run_dir: Path, precision: str, args: argparse.Namespace
+    result: Result, model: Path, precision: str, args: argparse.Namespace
 ) -> list[Decoding]:
-    """`result`'s model decoded with each of DECODINGS, in `precision` (int8 under --int8):
-    the timed decodings, for `decode_in_turns`."""
+    """`result`'s model (a checkpoint or a run folder) decoded with each of DECODINGS, in
+    `precision` (int8 under --int8): the timed decodings, for `decode_in_turns`."""
     decodings = []
     for label, beam in DECODINGS:
         out = args.work / f"{result.name}.{label}.hyp"
@@ -156,9 +162,7 @@ def nmt_decode(
             sys.executable,
             "-c",
             NMT_DECODE,
-            # the timed speed run decodes where it stopped; a curve run (validating as
-            # nmt does) decodes what nmt would translate with (averaged, else best)
-            str(run_dir if args.curve else run_dir / LAST_NAME),
+            str(model),
             str(args.data / f"{TEST}.en"),
             str(out),
             str(beam),
