@@ -249,16 +249,19 @@ def _run(args: argparse.Namespace, tmp: Path) -> None:
         switch = LEVERS[args.paired](ts.model)
         _paired(step, args.paired, switch, batches[3 : 3 + args.steps], precision)
         return
-    rates = []
+    rates, tokens, seconds = [], 0, 0.0
     for b in batches[3 : 3 + args.steps]:
         start = time.perf_counter()
         step(b)
-        rates.append(b.n_tgt_tokens / (time.perf_counter() - start))
+        took = time.perf_counter() - start
+        rates.append(b.n_tgt_tokens / took)
+        tokens, seconds = tokens + b.n_tgt_tokens, seconds + took
     print(
         f"{args.config} {precision}{' step by step' if args.step_by_step else ''}"
         f"{' nn.GRU encoder' if args.encoder_gru else ''}: "
         f"{statistics.median(rates):,.0f} target tokens/s "
-        f"(median of {len(rates)} steps of {cfg.train.batch_size} sentences)"
+        f"(median of {len(rates)} steps of {cfg.train.batch_size} sentences; "
+        f"{tokens / seconds:,.0f} over all of them, as training's log windows count)"
     )
 
     if args.profile_steps:  # 0: the rate alone (alternated before/after comparisons)
