@@ -24,7 +24,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from nmt import onednn
+from nmt import onednn, vml
 from nmt.local_attention import LocalScope
 
 
@@ -57,19 +57,11 @@ def additive_hidden(
     of σ back into scores of tanh with `from_sigmoid`: vᵀ(2σ − 1) = 2 vᵀσ − Σv. In half
     precision the sigmoid form is 4× less accurate around 0 (σ ≈ 0.5 has bf16's coarsest
     steps), so fp16/bf16 keep tanh (False); so does `decoding` (no gradients) where MKL runs
-    its fast path (`TANH_FAST`)."""
-    if q.dtype != torch.float32 or keys.dtype != torch.float32 or (decoding and TANH_FAST):
+    its fast path (`nmt.vml.TANH_FAST`)."""
+    if q.dtype != torch.float32 or keys.dtype != torch.float32 or (decoding and vml.TANH_FAST):
         return torch.add(q, keys, out=out).tanh_(), False
     # alpha=2 doubles the keys inside the add's own pass; the sigmoid runs in place on it
     return torch.add(q * 2, keys, alpha=2, out=out).sigmoid_(), True
-
-
-# Whether float32 tanh outruns the sigmoid form: where MKL's VML, which ATen's tanh calls, runs
-# its own fast path (Intel's CPUs; `onednn.mkl_on_its_fast_path`). On 2 cores of a Xeon with
-# AMX, one thread: tanh 12.0 µs for 32,768 values against the sigmoid's 16.3 (98.7 for tanh
-# with MKL held to its generic path, `MKL_ENABLE_INSTRUCTIONS=SSE4_2`, as AMD's CPUs are).
-# Training keeps the sigmoid form: `nmt.recurrence`'s backward reads σ.
-TANH_FAST = onednn.mkl_on_its_fast_path()
 
 
 def from_sigmoid(scores: Tensor, v_sum: Tensor) -> Tensor:

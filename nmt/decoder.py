@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nmt import onednn
+from nmt import onednn, vml
 from nmt.attention import Attention
 from nmt.encoder_loop import decoder_applies, decoder_gru
 from nmt.recurrence import decoder_loop, scorer_of
@@ -235,7 +235,7 @@ class BahdanauDecoder(nn.Module):
 
     def _pre_output(self, s: Tensor, context: Tensor, emb: Tensor) -> Tensor:
         """(B, [T,] Hd), (B, [T,] 2He), (B, [T,] E) -> (B, [T,] Hd)."""
-        return torch.tanh(onednn.layer(self.pre_output, torch.cat([s, context, emb], dim=-1)))
+        return vml.tanh(onednn.layer(self.pre_output, torch.cat([s, context, emb], dim=-1)))
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: Encoded
@@ -317,7 +317,7 @@ class LuongDecoder(nn.Module):
             s, enc.keys, enc.states, enc.mask, first, heads, group=enc.group
         )
         out = onednn.layer(self.combine, torch.cat([context, s], dim=-1))  # (B, [T,] Hd)
-        return (out if self.linear_output else torch.tanh(out)), weights
+        return (out if self.linear_output else vml.tanh(out)), weights
 
     def _step_core(
         self, emb: Tensor, state: DecoderState, enc: Encoded, heads: bool = False

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from nmt import onednn
+from nmt import onednn, vml
 
 SCOPES = ("global", "local_m", "local_p")
 
@@ -73,7 +73,7 @@ class LocalScope(nn.Module):
         (B, 1) where the T queries are all at position `first` (same_step)."""
         if self.w_p is None or self.v_p is None:
             return centres_monotonic(lengths, first, 1 if same_step else query.size(1))
-        u = torch.tanh(onednn.layer(self.w_p, query))  # (B, T, Dq)
+        u = vml.tanh(onednn.layer(self.w_p, query))  # (B, T, Dq)
         share = torch.sigmoid(self.v_p(u)).squeeze(-1)  # (B, T)
         return share.float() * (lengths - 1).clamp(min=0).float().unsqueeze(1)  # (B, T)
 

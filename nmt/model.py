@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from nmt import int8, laid_out, onednn
+from nmt import int8, laid_out, onednn, vml
 from nmt.attention import build_attention, weighted_sum
 from nmt.config import ModelConfig
 from nmt.copy import CopyGate, mixture_log_probs
@@ -131,10 +131,10 @@ class Bridge(nn.Module):
         if self.hidden is None:  # copy
             c = None if final_cell is None else self._layers(final_cell)
             return self._layers(final), c  # (Ld, B, Hd)
-        h = torch.tanh(onednn.layer(self.hidden, self._layers(final)))  # (Ld, B, Hd)
+        h = vml.tanh(onednn.layer(self.hidden, self._layers(final)))  # (Ld, B, Hd)
         if self.cell is None or final_cell is None:
             return h, None
-        return h, torch.tanh(onednn.layer(self.cell, self._layers(final_cell)))  # (Ld, B, Hd)
+        return h, vml.tanh(onednn.layer(self.cell, self._layers(final_cell)))  # (Ld, B, Hd)
 
     def _layers(self, final: Tensor) -> Tensor:
         return final if self.layerwise else final[-1:].expand(self.dec_layers, -1, -1)

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nmt import onednn
+from nmt import onednn, vml
 from nmt.attention import (
     Attention,
     BilinearAttention,
@@ -214,7 +214,7 @@ class _Run:
         if self.w_p is None or self.v_p is None:  # local-m
             centres = centres_monotonic(self.lengths, t, 1)  # (B, 1)
             return scores, window_mask(centres, self.mask, self.width)[0].squeeze(1)
-        u = torch.tanh(self._mm(q, self.w_p))  # (B, H)
+        u = vml.tanh(self._mm(q, self.w_p))  # (B, H)
         share = torch.sigmoid(u @ self.v_p)  # (B,)
         window, offsets = window_mask((share * self.last).unsqueeze(1), self.mask, self.width)
         offsets = offsets.squeeze(1)  # (B, S) s − p_t
@@ -272,7 +272,7 @@ class _Run:
                 u = torch.cat([context, h], dim=-1, out=us[t])  # (B, Dv + H)
                 pre = self._mm(u, w_c)  # (B, H)
                 if self.b_c is None:  # h̃_t
-                    feed = torch.tanh(pre, out=feeds[t + 1])
+                    feed = vml.tanh(pre, out=feeds[t + 1])
                 else:
                     feed = torch.add(pre, self.b_c, out=feeds[t + 1])
                 s.update(u=u, out=feed)

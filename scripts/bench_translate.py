@@ -5,15 +5,19 @@ minutes, so only alternation inside one run compares), greedy and with beam 5.
 Variants:
 - `as-is`: `Translator` as `nmt translate` runs it (shortlist, the attention's float32
   sigmoid route);
-- `tanh`: the additive (concat) scorer's hidden layer as tanh(q + k), as before session 14
-  (`nmt.attention.additive_hidden`);
+- `tanh`: every float32 tanh as torch's own (MKL's), as where MKL runs its fast path
+  (`nmt.vml.TANH_FAST`): the additive (concat) scorer's hidden layer as tanh(q + k), as
+  before session 14 (`nmt.attention.additive_hidden`), and the GRU step's and the outputs';
+- `torch-tanh`: the GRU step's and the outputs' tanh as torch's own, as before session 42
+  (`nmt.vml.tanh`); the scorer keeps its sigmoid route;
 - `full-vocab`: no shortlist (`nmt translate --full-vocab`);
 - `unrounded`: the shortlist's columns as listed, not rounded up to a multiple of
   `nmt.shortlist.COLUMN_MULTIPLE` (as before session 15);
 - `bf16`: the model under bf16 autocast (`nmt translate --precision bf16`; CPUs with bf16
   matrix units);
 - `int8`: int8 weights (`nmt translate --int8`, `nmt.int8`);
-- `int8+bf16`: both.
+- `int8+bf16`: both;
+- `int8+torch-tanh`: int8 weights, `torch-tanh`.
 
 Prints each variant's fastest time of its repeats (and all of them), BLEU against --ref if
 given, and whether its output equals the first variant's.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +42,7 @@ from argtypes import sentence_lines, whole, wholes
 
 import nmt.attention
 import nmt.shortlist
+import nmt.vml
 from nmt import evaluate
 from nmt.ensemble import Ensemble
 from nmt.errors import NmtError, one_line
@@ -44,12 +50,23 @@ from nmt.files import read_lines
 from nmt.model import Seq2Seq
 from nmt.translate import Translator
 
-VARIANTS = ("as-is", "tanh", "full-vocab", "unrounded", "bf16", "int8", "int8+bf16")
+VARIANTS = (
+    "as-is",
+    "tanh",
+    "full-vocab",
+    "unrounded",
+    "bf16",
+    "int8",
+    "int8+bf16",
+    "torch-tanh",
+    "int8+torch-tanh",
+)
 # variants that are a Translator loaded another way: its from_checkpoint arguments
 LOADED: dict[str, dict[str, Any]] = {
     "bf16": {"precision": "bf16"},
     "int8": {"int8": True},
     "int8+bf16": {"int8": True, "precision": "bf16"},
+    "int8+torch-tanh": {"int8": True},
 }
 
 
@@ -58,10 +75,13 @@ def variant(name: str, tr: Translator) -> Iterator[None]:
     """`tr` as the variant `name` decodes, put back afterwards."""
     members = tr.model.models if isinstance(tr.model, Ensemble) else [tr.model]
     models = [m for m in members if isinstance(m, Seq2Seq)]
-    tanh_fast, shortlists = nmt.attention.TANH_FAST, [m.shortlist for m in models]
+    tanh_fast, shortlists = nmt.vml.TANH_FAST, [m.shortlist for m in models]
+    form_from = nmt.vml.SIGMOID_FORM_FROM
+    if name.endswith("torch-tanh"):
+        nmt.vml.SIGMOID_FORM_FROM = sys.maxsize
     multiple = nmt.shortlist.COLUMN_MULTIPLE
-    if name == "tanh":  # additive_hidden's own tanh route, which decoding takes where it is fast
-        nmt.attention.TANH_FAST = True
+    if name == "tanh":  # torch's tanh everywhere, as decoding takes it where it is fast
+        nmt.vml.TANH_FAST = True
     if name == "unrounded":
         nmt.shortlist.COLUMN_MULTIPLE = 1
     if name == "full-vocab":
@@ -70,7 +90,8 @@ def variant(name: str, tr: Translator) -> Iterator[None]:
     try:
         yield
     finally:
-        nmt.attention.TANH_FAST = tanh_fast
+        nmt.vml.TANH_FAST = tanh_fast
+        nmt.vml.SIGMOID_FORM_FROM = form_from
         nmt.shortlist.COLUMN_MULTIPLE = multiple
         for m, s in zip(models, shortlists, strict=True):
             m.shortlist = s

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 import traceback
@@ -48,7 +49,7 @@ from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nmt import onednn
+from nmt import onednn, vml
 from nmt.batching import collate, epoch_rows
 from nmt.config import load_config
 from nmt.errors import one_line
@@ -137,6 +138,8 @@ def _site() -> str:
     return "torch"
 
 
+_SIGMOID_FORM_FROM = vml.SIGMOID_FORM_FROM  # nmt's own, for --paired tanh
+
 # --paired's levers: name -> the model -> a function that turns the lever on or off. A script
 # measuring a lever that is not in nmt adds its own before calling `main`
 # (scripts/bench_fused_scorer.py).
@@ -144,6 +147,10 @@ LEVERS: dict[str, Callable[[torch.nn.Module], Callable[[bool], None]]] = {
     "encoder": lambda model: lambda on: setattr(model.encoder, "fused", on),
     "decoder": lambda model: lambda on: setattr(model.decoder, "fused", on),
     "onednn": lambda model: lambda on: setattr(onednn, "enabled", on),
+    # tanh as 2σ(2x) − 1 where nmt.vml takes it, or torch's tanh everywhere
+    "tanh": lambda model: (
+        lambda on: setattr(vml, "SIGMOID_FORM_FROM", _SIGMOID_FORM_FROM if on else sys.maxsize)
+    ),
 }
 
 
@@ -181,8 +188,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         choices=list(LEVERS),
         help="time each batch with a lever off and on (order alternating) instead: the "
         "encoder's or the decoder's hand-written loop, or float32 products through oneDNN "
-        "(nmt.onednn), or a lever a script adds (bench_fused_scorer.py); both rates and the "
-        "median per-batch speed-up",
+        "(nmt.onednn), tanh's sigmoid form (nmt.vml), or a lever a script adds "
+        "(bench_fused_scorer.py); both rates and the median per-batch speed-up",
     )
     return ap.parse_args(argv)
 

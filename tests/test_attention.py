@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from nmt import attention
+from nmt import attention, vml
 from nmt.attention import (
     ATTENTIONS,
     Attention,
@@ -201,9 +201,9 @@ def test_concat_decoding_takes_tanh_where_it_is_fast_and_scores_alike(
     tanh_fast: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Decoding (no gradients) computes the float32 hidden layer as tanh itself where
-    `TANH_FAST`, else as σ(2x); both give the scores of tanh in float64, chunked or not.
+    `nmt.vml.TANH_FAST`, else as σ(2x); both give the scores of tanh in float64, chunked or not.
     With gradients the layer is always the sigmoid form (`nmt.recurrence`'s backward)."""
-    monkeypatch.setattr(attention, "TANH_FAST", tanh_fast)
+    monkeypatch.setattr(vml, "TANH_FAST", tanh_fast)
     q, k = torch.randn(3, 4, 1, 8) * 3, torch.randn(3, 1, 5, 8) * 3
     with torch.no_grad():
         hidden, sigmoid = additive_hidden(q, k, decoding=True)
