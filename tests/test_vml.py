@@ -8,12 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import test_encoder_loop as encoder_tests  # its tests run here again, not collected twice
 import torch
-from test_encoder_loop import (
-    LENGTHS,
-    test_decoder_gru_gives_nn_grus_numbers_from_a_given_state,
-    test_same_numbers_as_packed_gru,
-)
 from test_model import make_model
 from test_recurrence import assert_fused_matches_step_by_step
 from torch import nn
@@ -124,12 +120,12 @@ def test_the_decoder_loop_with_the_form_matches_the_step_by_step_path(
     assert_fused_matches_step_by_step(make_model(**keys, dropout=0.0).train())
 
 
-@pytest.mark.parametrize("lengths", LENGTHS, ids=["ragged", "one-row", "full"])
+@pytest.mark.parametrize("lengths", encoder_tests.LENGTHS, ids=["ragged", "one-row", "full"])
 def test_the_encoder_loop_with_the_form_gives_nn_grus_numbers(
     lengths: list[int], sigmoid_form: None
 ) -> None:
-    test_same_numbers_as_packed_gru(lengths)
+    encoder_tests.test_same_numbers_as_packed_gru(lengths)
 
 
 def test_the_decoder_gru_with_the_form_gives_nn_grus_numbers(sigmoid_form: None) -> None:
-    test_decoder_gru_gives_nn_grus_numbers_from_a_given_state()
+    encoder_tests.test_decoder_gru_gives_nn_grus_numbers_from_a_given_state()
