@@ -50,14 +50,14 @@ def additive_hidden(
     written into `out` (float32, their broadcast shape) where given.
 
     In float32 it returns σ(2q + 2k) and True instead: tanh(x) = 2σ(2x) − 1 exactly, and
-    ATen's float32 tanh is MKL's (its vector math library, VML), which runs AMD's CPUs on a
-    generic code path: 3.5× slower than ATen's own sigmoid on an AVX2 EPYC (5.6M values: 9.5
-    against 2.6 ms on 2 cores), while this tensor is the largest a decoding step makes
-    ((beam·B, S, A): 44 % of a beam-5 step of the reference model). The caller turns scores
-    of σ back into scores of tanh with `from_sigmoid`: vᵀ(2σ − 1) = 2 vᵀσ − Σv. In half
-    precision the sigmoid form is 4× less accurate around 0 (σ ≈ 0.5 has bf16's coarsest
-    steps), so fp16/bf16 keep tanh (False); so does `decoding` (no gradients) where MKL runs
-    its fast path (`nmt.vml.TANH_FAST`)."""
+    ATen's float32 tanh is MKL's slow path on AMD's CPUs (`nmt.vml`, whose `tanh` gives the
+    other float32 tanh calls the same form): 3.5× slower than ATen's own sigmoid on an AVX2
+    EPYC (5.6M values: 9.5 against 2.6 ms on 2 cores), while this tensor is the largest a
+    decoding step makes ((beam·B, S, A): 44 % of a beam-5 step of the reference model). The
+    caller turns scores of σ back into scores of tanh with `from_sigmoid`: vᵀ(2σ − 1) =
+    2 vᵀσ − Σv. In half precision the sigmoid form is 4× less accurate around 0 (σ ≈ 0.5 has
+    bf16's coarsest steps), so fp16/bf16 keep tanh (False); so does `decoding` (no
+    gradients) where MKL runs its fast path (`nmt.vml.TANH_FAST`)."""
     if q.dtype != torch.float32 or keys.dtype != torch.float32 or (decoding and vml.TANH_FAST):
         return torch.add(q, keys, out=out).tanh_(), False
     # alpha=2 doubles the keys inside the add's own pass; the sigmoid runs in place on it

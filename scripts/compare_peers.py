@@ -358,7 +358,7 @@ def main() -> None:
         sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
     if args.again:
         check_redecoded(results, decodings, args)
-    if not args.again:
+    else:
         limits = {key: t.limit() for key, t in timings.items()}
     report = Report(args, threads, cpu, gpu, limits)
     if decodings:
