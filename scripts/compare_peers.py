@@ -256,6 +256,9 @@ def _arguments() -> argparse.Namespace:
         ap.error(
             f"--only: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(known)}"
         )
+    # the run to decode again, read before --work is made: a damaged file, or one measured on
+    # another CPU, is refused in one line with nothing made
+    args.previous = previous_limits(args.out, args.again, this_cpu()) if args.again else {}
     check_files(ap, args)
     return args
 
@@ -342,7 +345,7 @@ def main() -> None:
         + (f"; GPU: {gpu} (nmt's rows train there, the peers on the CPU)" if gpu else "")
     )
     # --redecode keeps the previous run's limits; else passes before and between the rows
-    limits = previous_limits(args.out, args.again, cpu) if args.again else {}
+    limits = args.previous
     timings: dict[str, Timings] = {}
     if not args.again:
         limit_pass(args, only, timings)

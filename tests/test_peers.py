@@ -652,3 +652,19 @@ def test_a_run_ends_its_peer_with_sigint_even_when_this_script_ignores_it(tmp_pa
     finally:
         signal.signal(signal.SIGINT, previous)
     assert said.read_text() == "saved" and time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("content", [b"not json", b"\xff\xfebad", b"[1, 2]"])
+def test_a_redecode_of_a_damaged_run_makes_no_work_folder(tmp_path, monkeypatch, content):
+    """--redecode reads the run it decodes again before it makes --work: a file that is not
+    such a run is one line, with --work not made and the file left as it was."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.en").write_text("a\n")
+    out = tmp_path / "run.json"
+    out.write_bytes(content)
+    work = tmp_path / "w"
+    argv = ["compare_peers.py", "--data", str(tmp_path / "data"), "--work", str(work)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--redecode"])
+    with pytest.raises(SystemExit, match=r"^--redecode: .*run\.json is not a run compare_peers"):
+        compare_peers.main()
+    assert not work.exists() and out.read_bytes() == content
