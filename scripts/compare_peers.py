@@ -256,8 +256,7 @@ def _arguments() -> argparse.Namespace:
         ap.error(
             f"--only: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(known)}"
         )
-    # the run to decode again, read before --work is made: a damaged file, or one measured on
-    # another CPU, is refused in one line with nothing made
+    # the run to decode again, read (a damaged one refused) before --work is made
     args.previous = previous_limits(args.out, args.again, this_cpu()) if args.again else {}
     check_files(ap, args)
     return args
@@ -344,8 +343,7 @@ def main() -> None:
         f"{torch.__version__}, {budget} each, seed {args.seed}; work in {args.work}"
         + (f"; GPU: {gpu} (nmt's rows train there, the peers on the CPU)" if gpu else "")
     )
-    # --redecode keeps the previous run's limits; else passes before and between the rows
-    limits = args.previous
+    limits = args.previous  # --redecode's run's; else passes before and between the rows
     timings: dict[str, Timings] = {}
     if not args.again:
         limit_pass(args, only, timings)
