@@ -343,7 +343,6 @@ def main() -> None:
         f"{torch.__version__}, {budget} each, seed {args.seed}; work in {args.work}"
         + (f"; GPU: {gpu} (nmt's rows train there, the peers on the CPU)" if gpu else "")
     )
-    limits = args.previous  # --redecode's run's; else passes before and between the rows
     timings: dict[str, Timings] = {}
     if not args.again:
         limit_pass(args, only, timings)
@@ -359,8 +358,8 @@ def main() -> None:
         sys.exit("compare_peers.py: no row ran on this machine (said why above); nothing written")
     if args.again:
         check_redecoded(results, decodings, args)
-    else:
-        limits = {key: t.limit() for key, t in timings.items()}
+    # --redecode keeps its run's limits; else those of the passes before and between the rows
+    limits = args.previous if args.again else {key: t.limit() for key, t in timings.items()}
     report = Report(args, threads, cpu, gpu, limits)
     if decodings:
         # the training figures kept if the decodings are cut short; not twice into a stream
