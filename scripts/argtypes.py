@@ -3,16 +3,17 @@ error (`error: argument --seed: '0': expected a whole number >= 1`), before any 
 one check of a file of sentences a script decodes (`sentence_lines`), and the options every
 decoding benchmark takes (`decoding_options`).
 
-    from argtypes import above_zero, minutes, sentence_lines, whole, wholes
+    from argtypes import above_zero, minutes, sentence_lines, some_of, whole, wholes
     ap.add_argument("--repeats", type=whole(1), default=3)
     ap.add_argument("--beams", type=wholes(1), default="1,5")
+    ap.add_argument("--parts", type=some_of(PARTS), default="scorer")
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from nmt.errors import NmtError
@@ -45,6 +46,19 @@ def wholes(minimum: int) -> Callable[[str], list[int]]:
             raise argparse.ArgumentTypeError(
                 f"{text!r}: expected whole numbers >= {minimum}, comma-separated"
             ) from None
+
+    return parse
+
+
+def some_of(choices: Iterable[str]) -> Callable[[str], list[str]]:
+    """'scorer,gates' -> ['scorer', 'gates']: comma-separated names, each one of `choices`."""
+    known = list(choices)
+
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        if not set(names) <= set(known):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected some of {','.join(known)}")
+        return names
 
     return parse
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import profile_step
 import torch
-from argtypes import sentence_lines, whole, wholes
+from argtypes import sentence_lines, some_of, whole, wholes
 from bench_output_layer import median_us
 from fused_kernels import NAMES, compiled
 from torch import Tensor
@@ -315,14 +315,6 @@ def decoding(lever: Lever, tr: Translator, lines: list[str], beams: list[int], p
 PARTS = ("scorer", "gates")  # the concat scorer's kernels, the GRU gates'
 
 
-def _parts(text: str) -> set[str]:
-    """'scorer,gates' -> the set, each one of PARTS."""
-    parts = set(text.split(","))
-    if not parts <= set(PARTS):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected some of {','.join(PARTS)}")
-    return parts
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
@@ -335,7 +327,7 @@ def main() -> None:
     ap.add_argument("--threads", type=wholes(1), default="1,2")
     ap.add_argument(
         "--parts",
-        type=_parts,
+        type=some_of(PARTS),
         default="scorer",
         help=f"the kernels the training lever swaps in: of {','.join(PARTS)}",
     )
@@ -362,7 +354,7 @@ def main() -> None:
         tr = Translator.from_checkpoint(args.decode, "cpu", int8=True, workers=args.workers)
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="nmt-fused-scorer-") as build:
-        levers.append(Lever(compiled(build), args.parts))
+        levers.append(Lever(compiled(build), set(args.parts)))
     check(levers[0])
     scorer_alone(levers[0], args.rows, args.length, args.hidden, args.threads)
     torch.set_num_threads(threads)
