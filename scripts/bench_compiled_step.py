@@ -46,7 +46,9 @@ from torch import Tensor
 from nmt import onednn
 from nmt import recurrence as rec
 from nmt.attention import from_sigmoid, masked_softmax
+from nmt.config import load_config
 from nmt.errors import one_line
+from nmt.runtime import resolve_device
 
 
 @torch.library.custom_op("nmt_bench::linear", mutates_args=())
@@ -213,6 +215,11 @@ class Lever:
         return backward
 
 
+# What the compiled steps are written for: the reference model's decoder (reference_rnn.yaml)
+REFERENCE = dict(cell="gru", dec_layers=1, decoder="luong", input_feeding=True,
+                 attention="concat", attention_scope="global", attention_heads=1,
+                 attention_output="linear", copy=False)  # fmt: skip
+
 CHECKS = {"fp32": (torch.float32, 1e-4), "bf16": (torch.bfloat16, 2e-2)}  # dtype, tolerance
 
 
@@ -277,8 +284,20 @@ def main() -> None:
     step_argv = [*step_args, "--paired", "compiled"]
     levers: list[Lever] = []
     profile_step.LEVERS["compiled"] = lambda model: levers[0].switch
-    if step_args:  # the step's arguments checked before a minute of compiling
-        profile_step.arguments(step_argv)
+    if step_args:  # the step's arguments and model checked before a minute of compiling
+        step = profile_step.arguments(step_argv)
+        cfg = load_config(step.config, overrides=step.set)
+        unlike = [k for k, v in REFERENCE.items() if getattr(cfg.model, k) != v]
+        if unlike:
+            found = ", ".join(f"model.{k}: {getattr(cfg.model, k)}" for k in unlike)
+            wanted = ", ".join(f"{k} {REFERENCE[k]}" for k in unlike)
+            raise SystemExit(
+                f"error: {step.config}: {found}: the compiled steps are the reference "
+                f"decoder's ({wanted})"
+            )
+        if resolve_device(cfg.train.device).type != "cpu":
+            raise SystemExit(f"error: {step.config}: the compiled steps run on the CPU: add "
+                             "--set train.device=cpu")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="nmt-compiled-step-") as cache:
         # Inductor's cache, and its precompiled headers, which go to the temporary folder's
         # torchinductor_USER whatever the cache's setting: both read at the first compile
@@ -287,7 +306,10 @@ def main() -> None:
         levers.append(Lever())
         check(levers[0], args.check)
         if step_args:
+            levers[0].calls = dict.fromkeys(levers[0].calls, 0)
             profile_step.main(step_argv)
+            if not all(levers[0].calls.values()):  # a checkpoint's model unlike its config
+                raise SystemExit(f"error: the compiled steps never ran: {levers[0].calls}")
 
 
 if __name__ == "__main__":

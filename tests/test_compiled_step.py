@@ -29,3 +29,15 @@ def test_the_compiled_steps_give_the_loops_values_and_run():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "torch.bfloat16: compiled against the loop's operators: largest" in done.stdout
+
+
+def test_a_model_the_compiled_steps_are_not_written_for_is_refused_before_compiling():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_compiled_step.py"),
+         str(ROOT / "configs" / "tiny.yaml"), "--steps", "3"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "model.decoder: bahdanau" in last
+    assert "compiled against" not in done.stdout  # refused before the check's compiling
