@@ -21,7 +21,7 @@ folder, removed at exit: every run compiles from scratch.
         --set data.root=../shared/data --checkpoint RUN/step-1000.pt --precision bf16 --steps 100]
 
 Why not in nmt (docs/benchmarks.md, session 44): on 2 cores of an AMD EPYC Zen 4 the whole
-training step ran 1.046-1.054x faster per batch in bf16 and 0.999x in float32 (medians over
+training step ran 1.045-1.054x faster per batch in bf16 and 0.999x in float32 (medians over
 100 real batches), after some 20 s of compiling in each process (the forward, the backward,
 and a recompile or two for the first step's shapes) and with a C++ compiler needed at run
 time: what session 38's hand-written kernels gave. Each compiled call pays some 130 µs of
@@ -45,9 +45,10 @@ from torch import Tensor
 
 from nmt import onednn
 from nmt import recurrence as rec
-from nmt.attention import from_sigmoid, masked_softmax
+from nmt.attention import additive_hidden, from_sigmoid, masked_softmax
 from nmt.config import load_config
 from nmt.errors import one_line
+from nmt.gru_cell import gru_gates, sigmoid_backward
 from nmt.runtime import resolve_device
 
 
@@ -81,22 +82,18 @@ def forward_step(
     embedding's gates, h (B, H) the state, x (B, H) the fed-back output -> rz (B, 2H), n (B, H),
     gh_n (B, H), σ (B, S, A), weights (B, S); the new state, [c; h] and the new output written
     into `out`, their slots in the loop's buffers."""
-    H = h.size(1)
     gi = gi_t + product(x, w["ir"], cdt)  # (B, 3H)
     gh = product(h, w["hh"], cdt, w["b_hh"])  # (B, 3H)
-    rz = torch.sigmoid(gi[:, : 2 * H] + gh[:, : 2 * H])  # (B, 2H)
-    gh_n = gh[:, 2 * H :]  # (B, H)
-    n = torch.tanh(gi[:, 2 * H :] + rz[:, :H] * gh_n)  # (B, H)
-    h_new = torch.lerp(n, h, rz[:, H:])  # (B, H)
-    out[0].copy_(h_new)
+    s: dict[str, Tensor] = {}
+    h_new = gru_gates(gi, gh, h, s, out=out[0])  # (B, H) nmt's gates, traced
     qp = product(h_new, w["q"], cdt, w["b_q"])  # (B, A)
-    sig = torch.sigmoid(2 * qp.unsqueeze(1) + 2 * keys)  # (B, S, A) σ(2qp + 2k)
+    sig, _ = additive_hidden(qp.unsqueeze(1), keys)  # (B, S, A) σ(2qp + 2k), float32
     alpha = masked_softmax(from_sigmoid((sig * w["v"]).sum(-1), w["v_sum"]), mask)  # (B, S)
     context = (alpha.unsqueeze(2) * values).sum(1)  # (B, Dv)
     u = torch.cat([context, h_new], -1)  # (B, Dv + H)
     out[1].copy_(u)
     out[2].copy_(product(u, w["c"], cdt) + w["b_c"])  # (B, H) h̃
-    return rz, n, gh_n, sig, alpha
+    return s["rz"], s["n"], s["gh_n"], sig, alpha
 
 
 def backward_step(
@@ -117,11 +114,13 @@ def backward_step(
     dc = du[:, :Dv]  # (B, Dv)
     d_alpha = rec.row_dots(values, dc)  # (B, S)
     ds = alpha * (d_alpha - (alpha * d_alpha).sum(-1, keepdim=True))  # (B, S) softmax'
-    slope = ds.unsqueeze(2) * sig * (1 - sig)  # (B, S, A)
+    slope = sigmoid_backward(ds.unsqueeze(2), sig)  # (B, S, A) ds σ(1 − σ)
     d_qp = slope.sum(1) * w["v4"]  # (B, A)
     sums[0].add_(slope)
     sums[1].add_(2 * (sig * ds.unsqueeze(2)).sum((0, 1)) - ds.sum())  # (A,)
     dh = dh + du[:, Dv:] + product(d_qp, w["q"].t(), cdt)  # (B, H)
+    # `nmt.gru_cell.gru_gates_back`'s arithmetic: it writes into column slices of its
+    # outputs (out=), which Dynamo does not trace ("non-contiguous `out=` tensor")
     dh_z = dh * rz[:, H:]  # (B, H) h's own share
     d_n = (dh - dh_z) * (1 - n * n)  # (B, H)
     d_rz = torch.cat([d_n * s["gh_n"], dh * (s["h"] - n)], -1) * rz * (1 - rz)  # (B, 2H)

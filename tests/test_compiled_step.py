@@ -2,7 +2,7 @@
 `torch.compile` lever, kept out of nmt) give the loop's values: its check, run as the script
 runs it, compares the decoder loop's outputs and every gradient with and without them, and
 fails where they never ran (nmt's loop changed under the lever). Inductor compiles C++ for
-the CPU: about 45 s here, skipped without a C++ compiler or Python's C headers."""
+the CPU: about 35 s here, skipped without a C++ compiler or Python's C headers."""
 
 from __future__ import annotations
 
