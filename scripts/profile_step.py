@@ -191,7 +191,11 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "(nmt.onednn), tanh's sigmoid form (nmt.vml), or a lever a script adds "
         "(bench_fused_scorer.py); both rates and the median per-batch speed-up",
     )
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    # refused before any work: the scripts built on this one compile for a minute first
+    if args.checkpoint and not args.checkpoint.exists():
+        ap.error(f"--checkpoint: {args.checkpoint}: no such checkpoint file or run directory")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
