@@ -41,3 +41,14 @@ def test_a_model_the_compiled_steps_are_not_written_for_is_refused_before_compil
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "model.decoder: bahdanau" in last
     assert "compiled against" not in done.stdout  # refused before the check's compiling
+
+
+def test_a_missing_checkpoint_is_refused_before_compiling():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_compiled_step.py"),
+         str(ROOT / "configs" / "reference_rnn.yaml"), "--checkpoint", "nope/step-1.pt"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "error: nope/step-1.pt: no such checkpoint" in done.stderr.strip().splitlines()[-1]
+    assert "compiled against" not in done.stdout  # refused before the check's compiling

@@ -132,8 +132,6 @@ def test_attention_study_and_the_page_shot_check_their_outputs_first(tmp_path: P
         ["bench_fused_scorer.py", "--parts", "scorer,heads"],
         ["bench_compiled_step.py", "--check", "fp16"],
         ["bench_compiled_step.py", "configs/reference_rnn.yaml", "--steps", "0"],
-        ["bench_compiled_step.py", "configs/reference_rnn.yaml", "--checkpoint", "nope.pt"],
-        ["profile_step.py", "configs/reference_rnn.yaml", "--checkpoint", "nope/"],
         ["attention_study.py", "--seeds", "0"],
         ["names_set.py", "model", "runs/x", "--beam", "0"],
         ["load_test.py", "--clients", "0"],
