@@ -283,7 +283,7 @@ def main() -> None:
     step_argv = [*step_args, "--paired", "compiled"]
     levers: list[Lever] = []
     profile_step.LEVERS["compiled"] = lambda model: levers[0].switch
-    if step_args:  # the step's arguments and model checked before a minute of compiling
+    if step_args:  # the step's arguments and model (then its data: `ready`) checked first
         step = profile_step.arguments(step_argv)
         cfg = load_config(step.config, overrides=step.set)
         unlike = [k for k, v in REFERENCE.items() if getattr(cfg.model, k) != v]
@@ -302,13 +302,18 @@ def main() -> None:
         # torchinductor_USER whatever the cache's setting: both read at the first compile
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
         tempfile.tempdir = cache
-        levers.append(Lever())
-        check(levers[0], args.check)
-        if step_args:
+
+        def ready() -> None:  # compiled and checked once the step's model and data are in hand
+            levers.append(Lever())
+            check(levers[0], args.check)
             levers[0].calls = dict.fromkeys(levers[0].calls, 0)
-            profile_step.main(step_argv)
-            if not all(levers[0].calls.values()):  # a checkpoint's model unlike its config
-                raise SystemExit(f"error: the compiled steps never ran: {levers[0].calls}")
+
+        if not step_args:
+            ready()
+            return
+        profile_step.main(step_argv, ready)
+        if not all(levers[0].calls.values()):  # a checkpoint's model unlike its config
+            raise SystemExit(f"error: the compiled steps never ran: {levers[0].calls}")
 
 
 if __name__ == "__main__":

@@ -341,7 +341,7 @@ def main() -> None:
         ap.error("--decode takes --src FILE, and no training step's arguments")
     levers: list[Lever] = []  # the one, once compiled
     step_argv = [*step_args, "--paired", "fused"]
-    if step_args:  # the step's arguments and config checked before half a minute of compiling
+    if step_args:  # the step's arguments and config (then its data: `ready`) checked first
         profile_step.LEVERS["fused"] = lambda model: levers[0].switch
         step = profile_step.arguments(step_argv)
         device = resolve_device(load_config(step.config, overrides=step.set).train.device)
@@ -352,16 +352,21 @@ def main() -> None:
     if args.decode:  # the model and the file read before compiling; int8 as compare_peers'
         lines = sentence_lines(args.src, "--src")
         tr = Translator.from_checkpoint(args.decode, "cpu", int8=True, workers=args.workers)
-    threads = torch.get_num_threads()
-    with tempfile.TemporaryDirectory(prefix="nmt-fused-scorer-") as build:
-        levers.append(Lever(compiled(build), set(args.parts)))
-    check(levers[0])
-    scorer_alone(levers[0], args.rows, args.length, args.hidden, args.threads)
-    torch.set_num_threads(threads)
+
+    def ready() -> None:  # built and checked once the step's model and data are in hand
+        threads = torch.get_num_threads()
+        with tempfile.TemporaryDirectory(prefix="nmt-fused-scorer-") as build:
+            levers.append(Lever(compiled(build), set(args.parts)))
+        check(levers[0])
+        scorer_alone(levers[0], args.rows, args.length, args.hidden, args.threads)
+        torch.set_num_threads(threads)
+
+    if step_args:
+        profile_step.main(step_argv, ready)
+        return
+    ready()
     if args.decode:
         decoding(levers[0], tr, lines, args.beams, args.pairs)
-    elif step_args:
-        profile_step.main(step_argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from nmt.tokenizer import train_or_load
 ROOT = Path(__file__).resolve().parents[1]
 TINY_DATA = ROOT / "tests" / "data" / "tiny"
 TINY_CONFIG = ROOT / "configs" / "tiny.yaml"
+# --set a data root with nothing in it, and no download: what a data problem looks like
+NO_DATA = ["--set", "data.root=/nonexistent-nmt-data", "--set", "data.download=none"]
 
 
 # What the caller's environment may hold that changes what nmt does: the data root, full

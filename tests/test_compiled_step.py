@@ -13,7 +13,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import NO_DATA, ROOT
 
 
 @pytest.mark.slow
@@ -37,11 +37,10 @@ def test_the_compiled_steps_give_the_loops_values_and_run():
         (["configs/tiny.yaml", "--steps", "3"], "model.decoder: bahdanau"),
         (["configs/reference_rnn.yaml", "--checkpoint", "nope/step-1.pt"],
          "error: nope/step-1.pt: no such checkpoint"),
+        (["configs/reference_rnn.yaml", *NO_DATA], "/nonexistent-nmt-data/multi30k/train.en"),
     ],
 )  # fmt: skip
-def test_a_model_it_is_not_written_for_or_a_missing_checkpoint_is_refused_before_compiling(
-    args, says
-):
+def test_a_model_it_is_not_written_for_a_missing_checkpoint_or_data_are_refused_first(args, says):
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_compiled_step.py"), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=120,

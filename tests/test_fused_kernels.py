@@ -14,7 +14,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import NO_DATA, ROOT
 from torch.utils.cpp_extension import is_ninja_available
 
 
@@ -33,3 +33,15 @@ def test_the_fused_kernels_give_the_loops_values_and_are_all_called():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "largest difference" in done.stdout and "one step's scorer at 4 × 3 × 16" in done.stdout
+
+
+def test_data_it_cannot_read_is_refused_before_building_the_kernels():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_fused_scorer.py"),
+         "configs/reference_rnn.yaml", *NO_DATA, "--steps", "3"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: /nonexistent-nmt-data/multi30k/train.en: no such file")
+    assert "largest difference" not in done.stdout  # refused before the kernels' check
