@@ -56,8 +56,10 @@ def some_of(choices: Iterable[str]) -> Callable[[str], list[str]]:
 
     def parse(text: str) -> list[str]:
         names = text.split(",")
-        if not set(names) <= set(known):
-            raise argparse.ArgumentTypeError(f"{text!r}: expected some of {','.join(known)}")
+        if unknown := [n for n in dict.fromkeys(names) if n not in known]:
+            raise argparse.ArgumentTypeError(
+                f"unknown {', '.join(map(repr, unknown))}; expected some of {', '.join(known)}"
+            )
         return names
 
     return parse

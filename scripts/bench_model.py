@@ -31,13 +31,14 @@ import statistics
 import time
 
 import torch
-from argtypes import whole
+from argtypes import some_of, whole
 
 from nmt.config import ModelConfig
 from nmt.model import Seq2Seq, build_model
 from nmt.step import token_loss
 
 PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # nmt.tokenizer's fixed ids
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # --dtypes
 STYLES = {
     "bahdanau": {"decoder": "bahdanau"},
     "luong": {"decoder": "luong", "input_feeding": False},
@@ -102,8 +103,12 @@ def main() -> None:
     parser.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--vocab", type=whole(5), default=8000)
-    parser.add_argument("--styles", default=",".join(STYLES), help="decoder styles to time")
-    parser.add_argument("--dtypes", default=None, help="e.g. fp32,bf16; default all here")
+    parser.add_argument(
+        "--styles", type=some_of(STYLES), default=",".join(STYLES), help="decoder styles to time"
+    )
+    parser.add_argument(
+        "--dtypes", type=some_of(DTYPES), default=None, help="e.g. fp32,bf16; default all here"
+    )
     parser.add_argument("--copy", action="store_true", help="time copy attention off and on")
     parser.add_argument("--family", action="store_true", help="time local and multi-head too")
     parser.add_argument(
@@ -113,18 +118,12 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    dtypes = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
     default = ["fp32", "bf16"] + ([] if device.type == "cpu" else ["fp16"])
-    names = args.dtypes.split(",") if args.dtypes else default
-    styles = args.styles.split(",")
-    for what, asked, known in (("--styles", styles, STYLES), ("--dtypes", names, dtypes)):
-        if unknown := [a for a in asked if a not in known]:  # before any timing, not after
-            expected = ", ".join(known)
-            parser.error(f"{what}: unknown {', '.join(unknown)}; expected some of {expected}")
+    names, styles = args.dtypes or default, args.styles
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}")
     for style in styles:
         for name in names:
-            _time_setting(args, device, style, name, dtypes[name])
+            _time_setting(args, device, style, name, DTYPES[name])
 
 
 def _time_setting(

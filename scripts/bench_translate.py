@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from argtypes import sentence_lines, whole, wholes
+from argtypes import sentence_lines, some_of, whole, wholes
 
 import nmt.attention
 import nmt.shortlist
@@ -102,15 +102,17 @@ def main() -> None:
     p.add_argument("model", help="run directory or checkpoint")
     p.add_argument("--src", type=Path, required=True)
     p.add_argument("--ref", type=Path, help="references: BLEU beside each time")
-    p.add_argument("--variants", default="as-is,tanh", help=f"comma-separated: {VARIANTS}")
+    p.add_argument(
+        "--variants",
+        type=some_of(VARIANTS),
+        default="as-is,tanh",
+        help=f"comma-separated, of {','.join(VARIANTS)}",
+    )
     p.add_argument("--beams", type=wholes(1), default="1,5", help="comma-separated beam sizes")
     p.add_argument("--repeats", type=whole(1), default=3)
     p.add_argument("--batch-size", type=whole(1), default=64)
     args = p.parse_args()
-    names = args.variants.split(",")
-    unknown = [n for n in names if n not in VARIANTS]
-    if unknown:
-        p.error(f"--variants: unknown {', '.join(unknown)}; expected some of {', '.join(VARIANTS)}")
+    names = args.variants
     with one_line():
         lines = sentence_lines(args.src, "--src")  # the inputs first, before any loading
         refs = read_lines(args.ref) if args.ref else None

@@ -240,6 +240,7 @@ def _arguments() -> argparse.Namespace:
     decoding_arguments(ap)
     ap.add_argument(
         "--only",
+        type=argtypes.some_of(key for adapter in ADAPTERS for key in adapter.KEYS),
         default="nmt-fp32,nmt-bf16,nmt-fp16,opennmt-py,joeynmt",
         help="comma-separated: nmt-fp32, nmt-bf16, nmt-fp16 (GPU), opennmt-py, joeynmt",
     )
@@ -250,12 +251,6 @@ def _arguments() -> argparse.Namespace:
     if not (args.data / "train.en").is_file():
         ap.error(f"--data {args.data}: no train.en there; expected Multi30k's files")
     check_decoding(ap, args)
-    known = [key for adapter in ADAPTERS for key in adapter.KEYS]
-    unknown = set(args.only.split(",")) - set(known)
-    if unknown:
-        ap.error(
-            f"--only: unknown {', '.join(sorted(unknown))}; expected some of {', '.join(known)}"
-        )
     # the run to decode again, read (a damaged one refused) before --work is made
     args.previous = previous_limits(args.out, args.again, this_cpu()) if args.again else {}
     check_files(ap, args)
@@ -328,7 +323,7 @@ def main() -> None:
     args = _arguments()
     # SIGTERM (a timeout, kill) as an exception: the training under way is killed with us
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("compare_peers.py: terminated"))
-    only = set(args.only.split(","))
+    only = set(args.only)
     if args.updates:
         args.minutes = 0.0  # every adapter reads 0 as "no time budget"
         if only & set(joey.KEYS):

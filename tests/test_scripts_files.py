@@ -132,6 +132,10 @@ def test_attention_study_and_the_page_shot_check_their_outputs_first(tmp_path: P
         ["bench_fused_scorer.py", "--parts", "scorer,heads"],
         ["bench_compiled_step.py", "--check", "fp16"],
         ["bench_compiled_step.py", "configs/reference_rnn.yaml", "--steps", "0"],
+        ["bench_model.py", "--styles", "luong,nope"],
+        ["bench_model.py", "--dtypes", "fp8"],
+        ["bench_translate.py", "model.pt", "--src", "x.en", "--variants", "as-is,nope"],
+        ["compare_peers.py", "--only", "nmt-fp32,marian"],
         ["attention_study.py", "--seeds", "0"],
         ["names_set.py", "model", "runs/x", "--beam", "0"],
         ["load_test.py", "--clients", "0"],
@@ -149,6 +153,16 @@ def test_a_number_out_of_range_is_argparses_one_line_before_any_work(args):
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(f"{args[0]}")  # `prog: error: ...`
     assert "error: " in done.stderr.strip().splitlines()[-1]
+
+
+def test_a_list_of_names_says_which_are_unknown_and_what_it_takes():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_model.py"), "--styles", "luong,nope,luong,nope"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    said = "argument --styles: unknown 'nope'; expected some of bahdanau, luong, luong+feeding"
+    assert done.stderr.strip().splitlines()[-1].endswith(said)
 
 
 def _users_latest(tmp_path: Path) -> Path:
