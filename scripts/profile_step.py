@@ -201,9 +201,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None, ready: Callable[[], None] | None = None) -> None:
-    """`ready`, where given, runs once the model, the data and the batches are in hand and
-    before the first step: a script's minute of compiling comes after whatever refuses the
-    config, the checkpoint or the data."""
+    """`ready`, if given, runs once the model, data and batches are in hand, before the first
+    step: a script compiles for a minute only after config, checkpoint and data are read."""
     args = arguments(argv)
     with tempfile.TemporaryDirectory(prefix="profile_step.") as tmp:  # data, where not nmt's
         _run(args, Path(tmp), ready)
@@ -248,6 +247,7 @@ def _run(args: argparse.Namespace, tmp: Path, ready: Callable[[], None] | None) 
     if args.paired:  # warmed up both ways: a lever's compiling is not one of the timed steps
         switch = LEVERS[args.paired](ts.model)
         alternated(step, switch, batches[:3])
+        switch(False)
     else:
         for b in batches[:3]:  # warm-up: allocator, oneDNN primitives
             step(b)
