@@ -51,12 +51,13 @@ def wholes(minimum: int) -> Callable[[str], list[int]]:
 
 
 def some_of(choices: Iterable[str]) -> Callable[[str], list[str]]:
-    """'scorer,gates' -> ['scorer', 'gates']: comma-separated names, each one of `choices`."""
+    """'scorer,gates,scorer' -> ['scorer', 'gates']: comma-separated names, each one of
+    `choices`, each once (a name given twice would be timed or checked twice)."""
     known = list(choices)
 
     def parse(text: str) -> list[str]:
-        names = text.split(",")
-        if unknown := [n for n in dict.fromkeys(names) if n not in known]:
+        names = list(dict.fromkeys(text.split(",")))
+        if unknown := [n for n in names if n not in known]:
             raise argparse.ArgumentTypeError(
                 f"unknown {', '.join(map(repr, unknown))}; expected some of {', '.join(known)}"
             )

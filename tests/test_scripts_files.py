@@ -18,6 +18,9 @@ from nmt.config import load_config
 from nmt.tokenizer import train_or_load
 
 SCRIPTS = ROOT / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import argtypes  # noqa: E402
 
 
 def _refused(script: str, *args: str, says: str) -> subprocess.CompletedProcess:
@@ -163,6 +166,13 @@ def test_a_list_of_names_says_which_are_unknown_and_what_it_takes():
     assert done.returncode == 2 and done.stdout == "", done.stderr
     said = "argument --styles: unknown 'nope'; expected some of bahdanau, luong, luong+feeding"
     assert done.stderr.strip().splitlines()[-1].endswith(said)
+
+
+def test_a_list_of_names_is_read_once_each_in_its_order():
+    parse = argtypes.some_of(["fp32", "bf16", "fp16"])
+    assert parse("bf16,fp32,bf16") == ["bf16", "fp32"]
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown ''; expected some of fp32"):
+        parse("fp32,")
 
 
 def _users_latest(tmp_path: Path) -> Path:
