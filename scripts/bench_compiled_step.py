@@ -11,11 +11,12 @@ into the loop for the reference model's decoder (Luong, input feeding, global co
 attention, linear output). Inductor fuses the elementwise work and the casts around the
 products into C++ loops; the products stay library calls: bf16 through oneDNN as autocast's,
 float32 through `nmt.onednn.linear` (an opaque operator here, so that Inductor does not send
-them to MKL's generic path on AMD's CPUs). The script first checks the compiled loop against
-the operators' (outputs, attention weights and every gradient, float32 and bf16, a padded
-batch), then, given a config, times each real training batch with the lever off and on in
-alternating order (`scripts/profile_step.py --paired`). Inductor's cache goes to a temporary
-folder, removed at exit: every run compiles from scratch.
+them to MKL's generic path on AMD's CPUs). Given a config, the script reads its model, data
+and batches first (a problem with any of them is one line before any compiling). It then
+checks the compiled loop against the operators' (outputs, attention weights and every
+gradient, float32 and bf16, a padded batch), and times each real training batch with the
+lever off and on in alternating order (`scripts/profile_step.py --paired`). Inductor's cache
+goes to a temporary folder, removed at exit: every run compiles from scratch.
 
     .venv/bin/python scripts/bench_compiled_step.py [configs/reference_rnn.yaml \
         --set data.root=../shared/data --checkpoint RUN/step-1000.pt --precision bf16 --steps 100]

@@ -7,10 +7,11 @@ forward as an add, a sigmoid and a matrix-vector product (three passes), the bac
 pass each (`scripts/fused_kernels.py`), compiled at run time into a temporary folder (removed
 at exit), and swapped into the loop in place of those operators; with `--parts
 scorer,gates` the GRU gates' five operators a step (forward) and seven (backward) are one
-pass each too, in both the decoder's and the encoder's loops. The script first checks that
-the fused loops give the loops' outputs and gradients, then times the scorer alone at the
-reference shapes, then (given a config) each real training batch with the kernels off and
-on, in alternating order (`scripts/profile_step.py --paired`).
+pass each too, in both the decoder's and the encoder's loops. Given a config, the script
+reads its model, data and batches first (a problem with any of them is one line before the
+build). It then checks that the fused loops give the loops' outputs and gradients, times the
+scorer alone at the reference shapes, and times each real training batch with the kernels
+off and on, in alternating order (`scripts/profile_step.py --paired`).
 
     .venv/bin/python scripts/bench_fused_scorer.py [--parts scorer,gates] \
         [configs/reference_rnn.yaml --set data.root=../shared/data \
