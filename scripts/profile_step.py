@@ -51,7 +51,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt import onednn, vml
 from nmt.batching import collate, epoch_rows
-from nmt.checkpoint import CheckpointError
 from nmt.config import load_config
 from nmt.errors import one_line
 from nmt.runtime import (
@@ -192,12 +191,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "(nmt.onednn), tanh's sigmoid form (nmt.vml), or a lever a script adds "
         "(bench_fused_scorer.py); both rates and the median per-batch speed-up",
     )
-    args = ap.parse_args(argv)
-    # refused before any work (the scripts built on this one compile for a minute first), as
-    # loading it would: one line under the callers' `one_line`
-    if args.checkpoint and not args.checkpoint.exists():
-        raise CheckpointError(f"{args.checkpoint}: no such checkpoint file or run directory")
-    return args
+    return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None, ready: Callable[[], None] | None = None) -> None:
