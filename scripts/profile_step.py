@@ -11,9 +11,12 @@ steps and prints the operators by self CPU time, grouped as in the README's prof
 `--in-place` instead times each matrix product where the step runs it (a dispatch mode,
 perf_counter around the call) against the same product timed alone as
 `scripts/peers/limit.py` times the limit: how much of the distance to the limit is products
-running below their own rate and how much is everything else. CPU only (a GPU product
-returns at its launch). Run it after enough steps that the heap has grown to the batches'
-sizes (`--steps 150`): fresh pages slow the first few hundred steps' products down.
+running below their own rate and how much is everything else. Run it after enough steps that
+the heap has grown to the batches' sizes (`--steps 150`): fresh pages slow the first few
+hundred steps' products down. `--share MINUTES` instead steps for that long, each step
+followed by the limit's own products: the share of the limit with both timed in the same
+seconds, which a shared machine's slow spells do not move (`scripts/limit_in_step.py`). Both
+are CPU only (a GPU product returns at its launch).
 
 `--count-syncs` instead counts, per update, the calls that make the host wait for a GPU
 (`SyncCounter`: reading a value, a device copy, a data-dependent size), with where they are
@@ -42,19 +45,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from argtypes import whole
-from peers.limit import Product, product_of, time_product
+from argtypes import minutes, whole
+from limit_in_step import in_place, same_moments
 from script_data import trained
 from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt import onednn, vml
 from nmt.batching import collate, epoch_rows
 from nmt.config import load_config
 from nmt.errors import one_line
 from nmt.runtime import (
-    DTYPES,
     configure_device,
     resolve_device,
     resolve_precision,
@@ -166,14 +167,6 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--profile-steps", type=whole(0), default=3)
     ap.add_argument("--top", type=whole(1), default=15)
     ap.add_argument(
-        "--in-place",
-        action="store_true",
-        help="products timed in the step against alone, over the --profile-steps batches",
-    )
-    ap.add_argument(
-        "--count-syncs", action="store_true", help="count host syncs per update, by call site"
-    )
-    ap.add_argument(
         "--step-by-step",
         action="store_true",
         help="decoder loop through autograd, a step at a time (the path before nmt.recurrence)",
@@ -183,7 +176,23 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="the encoder by nn.GRU over a packed sequence (the path before nmt.encoder_loop)",
     )
-    ap.add_argument(
+    mode = ap.add_mutually_exclusive_group()  # instead of the rate and the profile
+    mode.add_argument(
+        "--in-place",
+        action="store_true",
+        help="products timed in the step against alone, over the --profile-steps batches",
+    )
+    mode.add_argument(
+        "--share",
+        type=minutes,
+        metavar="MINUTES",
+        help="steps over the --steps batches for MINUTES, each followed by the limit's "
+        "products: the share of the limit timed in the same seconds, a minute at a time",
+    )
+    mode.add_argument(
+        "--count-syncs", action="store_true", help="count host syncs per update, by call site"
+    )
+    mode.add_argument(
         "--paired",
         choices=list(LEVERS),
         help="time each batch with a lever off and on (order alternating) instead: the "
@@ -206,6 +215,10 @@ def _run(args: argparse.Namespace, tmp: Path, ready: Callable[[], None] | None) 
     cfg = load_config(args.config, overrides=args.set)
     device = resolve_device(cfg.train.device)
     precision = resolve_precision(args.precision, device)
+    if (args.in_place or args.share) and device.type != "cpu":
+        raise SystemExit(
+            "--in-place and --share time products on the CPU (a GPU product returns at its launch)"
+        )
     configure_device(device, cfg.train.threads)
     seed_everything(cfg.train.seed)
     ts, data = trained(cfg, args.config, args.checkpoint, device, precision, tmp)
@@ -246,21 +259,13 @@ def _run(args: argparse.Namespace, tmp: Path, ready: Callable[[], None] | None) 
         for b in batches[:3]:  # warm-up: allocator, oneDNN primitives
             step(b)
     if args.count_syncs:
-        counter = SyncCounter(device)
-        n = 5
-        with counter:
-            for b in batches[3 : 3 + n]:
-                step(b)
-        print(f"{args.config} {precision} on {device}: {counter.total / n:g} host syncs an update")
-        for site, count in counter.sites.most_common():
-            print(f"  {count / n:g}  {site}")
+        _count_syncs(step, batches[3:8], device, f"{args.config} {precision} on {device}")
         return
     if args.in_place:
-        if device.type != "cpu":
-            raise SystemExit(
-                "--in-place times products on the CPU (a GPU product returns at launch)"
-            )
-        _in_place(step, batches[3 + args.steps :], precision, args.top)
+        in_place(step, batches[3 + args.steps :], precision, args.top)
+        return
+    if args.share:
+        same_moments(step, batches[3:], cfg, precision, args.share)
         return
     if args.paired:
         _paired(step, args.paired, switch, batches[3 : 3 + args.steps], precision)
@@ -282,6 +287,18 @@ def _run(args: argparse.Namespace, tmp: Path, ready: Callable[[], None] | None) 
 
     if args.profile_steps:  # 0: the rate alone (alternated before/after comparisons)
         _profile(step, batches[3 + args.steps :], device, args.top)
+
+
+def _count_syncs(step, batches: list, device: torch.device, label: str) -> None:
+    """Host syncs an update over `batches` (`SyncCounter`), with where they are made."""
+    counter = SyncCounter(device)
+    with counter:
+        for b in batches:
+            step(b)
+    n = len(batches)
+    print(f"{label}: {counter.total / n:g} host syncs an update")
+    for site, count in counter.sites.most_common():
+        print(f"  {count / n:g}  {site}")
 
 
 def alternated(
@@ -311,59 +328,6 @@ def _paired(step, name: str, switch, batches: list, precision: str) -> None:
         f"on: {tokens / sum(seconds[True]):,.0f} target tokens/s over {len(batches)} batches; "
         f"speed-up per batch: median {mid:.3f} (quartiles {low:.3f}-{high:.3f})"
     )
-
-
-class _ProductTimer(TorchDispatchMode):
-    """Seconds each matrix product takes where a step runs it, by shape: perf_counter around
-    the call (on a CPU a product returns when it is done)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seconds: defaultdict[Product, float] = defaultdict(float)
-        self.calls: Counter[Product] = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        product = product_of(func, args)
-        if product is None:
-            return func(*args, **(kwargs or {}))
-        start = time.perf_counter()
-        out = func(*args, **(kwargs or {}))
-        self.seconds[product] += time.perf_counter() - start
-        self.calls[product] += 1
-        return out
-
-
-def _in_place(step, batches: list, precision: str, top: int) -> None:
-    """The step over `batches` without and then with `_ProductTimer`; each product's time in
-    place against its time alone (`limit.time_product`, the limit's own timing)."""
-    if not batches:
-        raise SystemExit("--in-place: no batches left after the warm-up and --steps; take fewer")
-    plain = 0.0
-    for b in batches:
-        start = time.perf_counter()
-        step(b)
-        plain += time.perf_counter() - start
-    timer = _ProductTimer()
-    with timer:
-        for b in batches:
-            step(b)
-    n, cpu = len(batches), torch.device("cpu")
-    alone = {p: time_product(p, DTYPES[precision], cpu)[0] * c for p, c in timer.calls.items()}
-    placed = sum(timer.seconds.values())
-    print(
-        f"{precision}, {n} step{'s' * (n != 1)}, {plain / n * 1e3:.1f} ms a step: matrix products "
-        f"{placed / n * 1e3:.1f} ms in place ({placed / plain:.0%} of the step), "
-        f"{sum(alone.values()) / n * 1e3:.1f} ms alone; everything else "
-        f"{(plain - placed) / n * 1e3:.1f} ms"
-    )
-    print("| product (b × m × k × n) | calls a step | ms in place | ms alone | GFLOP/s in place |")
-    print("|---|---|---|---|---|")
-    for p in sorted(timer.calls, key=lambda p: -timer.seconds[p])[:top]:
-        calls, seconds = timer.calls[p], timer.seconds[p]
-        print(
-            f"| {p.op} {p.b} × {p.m} × {p.k} × {p.n} | {calls / n:.1f} | {seconds / n * 1e3:.2f} "
-            f"| {alone[p] / n * 1e3:.2f} | {p.flops * calls / seconds / 1e9:.0f} |"
-        )
 
 
 def _profile(step, batches: list, device: torch.device, top: int) -> None:

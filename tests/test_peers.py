@@ -24,6 +24,7 @@ from train_setup import ROOT, tiny
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import compare_peers  # noqa: E402
+import limit_in_step  # noqa: E402
 from peers import (
     common,  # noqa: E402
     nmt_toolkit,  # noqa: E402
@@ -140,6 +141,56 @@ def test_profile_step_refuses_bad_input_in_one_line(tmp_path, args, says):
     )  # fmt: skip
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+def _profile_step(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    sets = ["--set", f"data.dir={ROOT / 'tests/data/tiny'}", "--set", f"run.dir={tmp_path}"]
+    return subprocess.run(
+        [sys.executable, "scripts/profile_step.py", "configs/tiny.yaml", *sets, *args],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+
+
+def test_profile_step_share_prints_each_minute_and_three_rates(tmp_path):
+    """`--share`: a table row a minute (steps, the step's tokens/s, the limit at its typical
+    and fastest timings, two shares), then the rates over all steps."""
+    done = _profile_step(tmp_path, "--steps", "2", "--share", "0.01")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    header = lines.index(next(x for x in lines if x.startswith("| minute |")))
+    (row,) = lines[header + 2 : -1]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == "1" and int(cells[1]) >= 1
+    step, typical, fastest = (float(cells[i].replace(",", "")) for i in (2, 3, 5))
+    assert fastest >= typical > 0 and step > 0
+    assert cells[4] == f"{step / typical:.1%}" and cells[6] == f"{step / fastest:.1%}"
+    assert lines[-1].startswith("over all ") and "as compare_peers counts" in lines[-1]
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--share", "0"], "--share: '0': expected a number of minutes above 0"),
+        (["--share", "1", "--in-place"], "not allowed with argument --share"),
+        (["--paired", "decoder", "--count-syncs"], "not allowed with argument --paired"),
+    ],
+)
+def test_profile_step_refuses_a_bad_share_or_two_modes_in_one_line(tmp_path, args, says):
+    proc = _profile_step(tmp_path, *args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+def test_a_windows_limit_is_its_typical_and_its_fastest_timings():
+    """Two rounds of two products (2 and 1 a step): typical = the rounds' mean seconds a
+    step, fastest = each product's fastest timing; the step's rate over its own seconds."""
+    p, q = Product("mm", 1, 2, 3, 4), Product("bmm", 2, 1, 3, 4)
+    window = limit_in_step._Window(50, 2.0, [{p: 1.0, q: 2.0}, {p: 3.0, q: 1.0}])
+    rate, typical, fastest = window.rates(collections.Counter({p: 2, q: 1}), 100)
+    assert (rate, typical, fastest) == (25.0, 100 / 5.5, 100 / 3.0)
+    both = window.joined(limit_in_step._Window(10, 1.0, [{p: 0.5, q: 0.5}]))
+    assert both.tokens == 60 and both.step_s == 3.0 and len(both.rounds) == 3
+    assert both.rates(collections.Counter({p: 2, q: 1}), 100)[2] == 100 / 1.5
 
 
 def test_limit_on_the_cpu(tmp_path, one_round):

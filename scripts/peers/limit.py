@@ -161,17 +161,31 @@ def time_product(p: Product, dtype: torch.dtype, device: torch.device) -> tuple[
     """Median seconds of one such product with `dtype` operands on `device`, and the library
     that ran it faster: on a CPU a 2-D product through torch's `mm` and through oneDNN, a
     batched one through torch's `bmm`; on a GPU torch's (cuBLAS)."""
+    a, b = operands(p, dtype, device)
+    return min((_median_seconds(run, a, b), library) for library, run in libraries(p, a, b))
+
+
+def operands(p: Product, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Random `dtype` operands of `p` on `device`: (b of) m x k and k x n."""
     shape_a = (p.m, p.k) if p.op == "mm" else (p.b, p.m, p.k)
     shape_b = (p.k, p.n) if p.op == "mm" else (p.b, p.k, p.n)
-    a = torch.randn(shape_a).to(device=device, dtype=dtype)
-    b = torch.randn(shape_b).to(device=device, dtype=dtype)
+    return (
+        torch.randn(shape_a).to(device=device, dtype=dtype),
+        torch.randn(shape_b).to(device=device, dtype=dtype),
+    )
+
+
+def libraries(
+    p: Product, a: Tensor, b: Tensor
+) -> list[tuple[str, Callable[[Tensor, Tensor], Tensor]]]:
+    """The ways `time_product` runs `p` on `operands` a and b, by library name."""
     if p.op != "mm":
-        return _median_seconds(torch.bmm, a, b), "torch"
-    timed = [(_median_seconds(torch.mm, a, b), "torch")]
-    if onednn.available and device.type == "cpu":
+        return [("torch", torch.bmm)]
+    ways: list[tuple[str, Callable[[Tensor, Tensor], Tensor]]] = [("torch", torch.mm)]
+    if onednn.available and a.device.type == "cpu":
         w = b.t().contiguous()  # (N, K), as a layer's weight is stored
-        timed.append((_median_seconds(lambda x, _: onednn.pointwise(x, w), a, b), "oneDNN"))
-    return min(timed)
+        ways.append(("oneDNN", lambda x, _: onednn.pointwise(x, w)))
+    return ways
 
 
 def _median_seconds(product: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> float:
