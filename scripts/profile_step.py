@@ -15,8 +15,8 @@ running below their own rate and how much is everything else. Run it after enoug
 the heap has grown to the batches' sizes (`--steps 150`): fresh pages slow the first few
 hundred steps' products down. `--share MINUTES` instead steps for that long, each step
 followed by the limit's own products: the share of the limit with both timed in the same
-seconds, which a shared machine's slow spells do not move (`scripts/limit_in_step.py`). Both
-are CPU only (a GPU product returns at its launch).
+seconds, a minute at a time, so that a shared machine's slow spells slow both
+(`scripts/limit_in_step.py`). Both are CPU only (a GPU product returns at its launch).
 
 `--count-syncs` instead counts, per update, the calls that make the host wait for a GPU
 (`SyncCounter`: reading a value, a device copy, a data-dependent size), with where they are
@@ -265,7 +265,7 @@ def _run(args: argparse.Namespace, tmp: Path, ready: Callable[[], None] | None) 
         in_place(step, batches[3 + args.steps :], precision, args.top)
         return
     if args.share:
-        same_moments(step, batches[3:], cfg, precision, args.share)
+        same_moments(step, batches[3 : 3 + args.steps], cfg, precision, args.share)
         return
     if args.paired:
         _paired(step, args.paired, switch, batches[3 : 3 + args.steps], precision)
