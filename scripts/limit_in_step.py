@@ -24,15 +24,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from peers.limit import Product, libraries, operands, product_of, step_products, time_product
+from peers.limit import (
+    TIMINGS,
+    WARM_UPS,
+    Product,
+    libraries,
+    operands,
+    product_of,
+    step_products,
+    time_product,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nmt.config import Config
 from nmt.runtime import DTYPES
-
-# After each step, each of the limit's products is run WARM_UPS times and then timed TIMINGS
-# times, the median kept: `limit._median_seconds`'s counts, less its 0.15 s budget.
-WARM_UPS, TIMINGS = 3, 5
 
 
 class _ProductTimer(TorchDispatchMode):
@@ -114,9 +119,10 @@ class _Window:
 def _moment_timer(
     cfg: Config, precision: str
 ) -> tuple[Callable[[], dict[Product, float]], Counter[Product], int]:
-    """A function that times each of the limit's products once more (`TIMINGS` timings after
-    `WARM_UPS` runs, the median; on the library that ran it faster alone), with the products' counts
-    in a step and the reference batch's target tokens."""
+    """A function that times each of the limit's products once more, on the library that ran
+    it faster alone: `WARM_UPS` runs, then `TIMINGS` timed runs, the median (the limit's own
+    counts, without its 0.15 s budget). With it, the products' counts in a step and the
+    reference batch's target tokens."""
     seen, tokens = step_products(cfg, vocab=cfg.tokenizer.vocab_size, src_len=16, tgt_len=16)
     dtype, cpu = DTYPES[precision], torch.device("cpu")
     runs = {}

@@ -54,6 +54,8 @@ from nmt.step import token_loss  # noqa: E402
 _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}
 ROUNDS = 3  # timings of each product, the fastest kept (`limit`)
 REPEATS = 20  # on a GPU, products a timing queues before it waits for them
+# A product's timing: WARM_UPS runs first, then at least TIMINGS timed runs, the median kept
+WARM_UPS, TIMINGS = 3, 5
 # CPU features that decide a product's speed, as lscpu/proc name them: float and bf16
 # products, then int8 decoding's (VNNI) and AMX's fp16. Runs before session 41 named the
 # first seven only, and no family and model (`Cpu.differs`).
@@ -203,11 +205,11 @@ def _median_seconds(product: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: T
             torch.cuda.synchronize(a.device)
         return (time.perf_counter() - start) / repeats
 
-    for _ in range(3):
+    for _ in range(WARM_UPS):
         timed()
     times: list[float] = []
     budget = time.perf_counter() + 0.15
-    while len(times) < 5 or (time.perf_counter() < budget and len(times) < 200):
+    while len(times) < TIMINGS or (time.perf_counter() < budget and len(times) < 200):
         times.append(timed())
     return statistics.median(times)
 
