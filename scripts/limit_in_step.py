@@ -17,7 +17,6 @@ products' typical timing in that minute, and against their fastest timing in it.
 from __future__ import annotations
 
 import functools
-import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -25,10 +24,9 @@ from dataclasses import dataclass, field
 
 import torch
 from peers.limit import (
-    TIMINGS,
-    WARM_UPS,
     Product,
     libraries,
+    median_seconds,
     operands,
     product_of,
     step_products,
@@ -120,9 +118,9 @@ def _moment_timer(
     cfg: Config, precision: str
 ) -> tuple[Callable[[], dict[Product, float]], Counter[Product], int]:
     """A function that times each of the limit's products once more, on the library that ran
-    it faster alone: `WARM_UPS` runs, then `TIMINGS` timed runs, the median (the limit's own
-    counts, without its 0.15 s budget). With it, the products' counts in a step and the
-    reference batch's target tokens."""
+    it faster alone (`median_seconds` without its 0.15 s budget: the limit's own warm-ups and
+    timings, no more). With it, the products' counts in a step and the reference batch's
+    target tokens."""
     seen, tokens = step_products(cfg, vocab=cfg.tokenizer.vocab_size, src_len=16, tgt_len=16)
     dtype, cpu = DTYPES[precision], torch.device("cpu")
     runs = {}
@@ -133,17 +131,7 @@ def _moment_timer(
         runs[p] = (run, a, b)
 
     def timed() -> dict[Product, float]:
-        seconds = {}
-        for p, (run, a, b) in runs.items():
-            for _ in range(WARM_UPS):
-                run(a, b)
-            times = []
-            for _ in range(TIMINGS):
-                start = time.perf_counter()
-                run(a, b)
-                times.append(time.perf_counter() - start)
-            seconds[p] = statistics.median(times)
-        return seconds
+        return {p: median_seconds(run, a, b, budget=0) for p, (run, a, b) in runs.items()}
 
     return timed, seen, tokens
 

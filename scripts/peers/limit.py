@@ -164,7 +164,7 @@ def time_product(p: Product, dtype: torch.dtype, device: torch.device) -> tuple[
     that ran it faster: on a CPU a 2-D product through torch's `mm` and through oneDNN, a
     batched one through torch's `bmm`; on a GPU torch's (cuBLAS)."""
     a, b = operands(p, dtype, device)
-    return min((_median_seconds(run, a, b), library) for library, run in libraries(p, a, b))
+    return min((median_seconds(run, a, b), library) for library, run in libraries(p, a, b))
 
 
 def operands(p: Product, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -190,10 +190,13 @@ def libraries(
     return ways
 
 
-def _median_seconds(product: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor) -> float:
-    """Median seconds of `product(a, b)` over about 0.15 s (after a warm-up). On a GPU each
-    timing is REPEATS products closed by a synchronisation: the products are queued, and
-    only the wait for the last one says when they are done."""
+def median_seconds(
+    product: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor, budget: float = 0.15
+) -> float:
+    """Median seconds of `product(a, b)` over about `budget` seconds, after WARM_UPS runs and
+    at least TIMINGS timings (budget 0: exactly TIMINGS). On a GPU each timing is REPEATS
+    products closed by a synchronisation: the products are queued, and only the wait for the
+    last one says when they are done."""
     gpu = a.device.type == "cuda"
     repeats = REPEATS if gpu else 1
 
@@ -208,8 +211,8 @@ def _median_seconds(product: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: T
     for _ in range(WARM_UPS):
         timed()
     times: list[float] = []
-    budget = time.perf_counter() + 0.15
-    while len(times) < TIMINGS or (time.perf_counter() < budget and len(times) < 200):
+    until = time.perf_counter() + budget
+    while len(times) < TIMINGS or (time.perf_counter() < until and len(times) < 200):
         times.append(timed())
     return statistics.median(times)
 
