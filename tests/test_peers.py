@@ -106,18 +106,19 @@ def test_product_of_reads_m_k_n_of_every_product_op():
     assert not any(record.seen)
 
 
-def test_profile_step_in_place_prints_each_product_in_place_and_alone(tmp_path):
-    data = ROOT / "tests" / "data" / "tiny"
-    cmd = [
-        sys.executable,
-        str(ROOT / "scripts" / "profile_step.py"),
-        str(ROOT / "configs/tiny.yaml"),
-    ]
-    cmd += ["--set", f"data.dir={data}", "--set", f"run.dir={tmp_path / 'run'}"]
-    done = subprocess.run(
-        [*cmd, "--steps", "1", "--profile-steps", "2", "--in-place", "--top", "2"],
-        capture_output=True, text=True, cwd=ROOT, check=True,
+def _profile_step(run_dir, *args: str) -> subprocess.CompletedProcess:
+    """`scripts/profile_step.py ARGS` on the tiny data, its run folder `run_dir`."""
+    sets = ["--set", f"data.dir={ROOT / 'tests/data/tiny'}", "--set", f"run.dir={run_dir}"]
+    return subprocess.run(
+        [sys.executable, "scripts/profile_step.py", *args, *sets],
+        cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
+
+
+def test_profile_step_in_place_prints_each_product_in_place_and_alone(tmp_path):
+    args = ["--steps", "1", "--profile-steps", "2", "--in-place", "--top", "2"]
+    done = _profile_step(tmp_path / "run", "configs/tiny.yaml", *args)
+    assert done.returncode == 0, done.stderr
     head, *rows = [line for line in done.stdout.splitlines() if line.strip()]
     assert "ms in place" in head and "ms alone" in head and "everything else" in head
     assert rows[0].startswith("| product") and len(rows) == 4  # header, rule, 2 products
@@ -134,27 +135,15 @@ def test_profile_step_in_place_prints_each_product_in_place_and_alone(tmp_path):
     ],
 )
 def test_profile_step_refuses_bad_input_in_one_line(tmp_path, args, says):
-    sets = ["--set", f"data.dir={ROOT / 'tests/data/tiny'}", "--set", f"run.dir={tmp_path}"]
-    proc = subprocess.run(
-        [sys.executable, "scripts/profile_step.py", *args, *sets, "--in-place"],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+    proc = _profile_step(tmp_path, *args, "--in-place")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
-
-
-def _profile_step(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    sets = ["--set", f"data.dir={ROOT / 'tests/data/tiny'}", "--set", f"run.dir={tmp_path}"]
-    return subprocess.run(
-        [sys.executable, "scripts/profile_step.py", "configs/tiny.yaml", *sets, *args],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
 
 
 def test_profile_step_share_prints_each_minute_and_three_rates(tmp_path):
     """`--share`: a table row a minute (steps, the step's tokens/s, the limit at its typical
     and fastest timings, two shares), then the rates over all steps."""
-    done = _profile_step(tmp_path, "--steps", "2", "--share", "0.01")
+    done = _profile_step(tmp_path, "configs/tiny.yaml", "--steps", "2", "--share", "0.01")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     header = lines.index(next(x for x in lines if x.startswith("| minute |")))
@@ -176,7 +165,7 @@ def test_profile_step_share_prints_each_minute_and_three_rates(tmp_path):
     ],
 )
 def test_profile_step_refuses_a_bad_share_or_two_modes_in_one_line(tmp_path, args, says):
-    proc = _profile_step(tmp_path, *args)
+    proc = _profile_step(tmp_path, "configs/tiny.yaml", *args)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
 
