@@ -164,7 +164,8 @@ def same_moments(step, batches: list, cfg: Config, precision: str, minutes: floa
     every = functools.reduce(_Window.joined, windows.values())
     rate, typical, fastest = every.rates(seen, tokens)
     print(
-        f"over all {i} steps: {rate:,.0f} target tokens/s; {rate / typical:.1%} of the limit at "
-        f"the same seconds' typical timings ({typical:,.0f}); {rate / fastest:.1%} of the limit "
+        f"over all {i} step{'s' * (i != 1)}: {rate:,.0f} target tokens/s; "
+        f"{rate / typical:.1%} of the limit at the same seconds' typical timings "
+        f"({typical:,.0f}); {rate / fastest:.1%} of the limit "
         f"of each product's fastest timing in the run ({fastest:,.0f}), as compare_peers counts"
     )
