@@ -30,9 +30,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/
 
-from peers.common import DECODINGS, TEST, PreviousRun, model_of, previous_run  # noqa: E402
-
-REFERENCE = "OpenNMT-py"  # the row every other is compared with (its name starts so)
+from peers.common import (  # noqa: E402
+    DECODINGS,
+    REFERENCE,
+    TEST,
+    PreviousRun,
+    model_of,
+    previous_run,
+)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "reference_rnn.yaml"
 TEST = "test_2016_flickr"
 DECODINGS = (("greedy", 1), ("beam5", 5))  # the decoding columns: label, beam size
+REFERENCE = "OpenNMT-py"  # the row every other is compared with (its name starts so)
 
 
 @dataclass

@@ -1,0 +1,222 @@
+"""Several `compare_peers.py` runs side by side, a line each, and each nmt row's figures as a
+range over the runs of each CPU: what the README's "Where the targets stand" table quotes.
+
+Why: on a shared machine one run's ratios to OpenNMT-py and shares of the limit move by 20 %
+and more with the machine's spells, so issue 25's targets are quoted as the range over every
+run of a CPU. Copied by hand from run to run, a range can miss a run or keep a figure that a
+run decoded again replaced; read from the runs' files, it is this command's output.
+
+    .venv/bin/python scripts/runs.py results/compare_peers_4min_s4[1-7].json \\
+        results/compare_peers_1000_updates_int8_s41_seed5_redecoded.json \\
+        results/compare_peers_1000_updates_int8_s4[1-7]_seed{6,7,8,9,10,11,12}.json
+
+Each file is a run's --out, of --minutes or of --updates. Training: each nmt row's tokens/s
+against OpenNMT-py's in the same run, and its share of the limit measured beside it
+(compare_peers' own figures). Decoding: from runs of at least 1,000 updates only (the issue's
+decoding target is on models trained for the same number of updates, ≥ 1,000; a run of
+--minutes decodes rows that trained different numbers), each row's seconds against
+OpenNMT-py's, and where its test BLEU was more than 0.5 below OpenNMT-py's (the target's
+condition), how many times. Runs are grouped by the CPU they recorded: its family and model
+where they did, as a Zen 4 and a Zen 5 both call themselves "AMD EPYC". Reads files only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/
+
+from peers.common import (  # noqa: E402
+    DECODINGS,
+    REFERENCE,
+    PreviousRun,
+    Result,
+    model_of,
+    previous_run,
+)
+from peers.limit import limit_key  # noqa: E402
+
+OURS = "nmt"  # the rows whose figures are gathered (their model's name starts so)
+DECODING_UPDATES = 1_000  # the fewest updates a run's decodings count from (the issue's)
+BLEU_SLACK = 0.5  # the decoding target's condition: BLEU no lower than OpenNMT-py's − this
+
+
+@dataclass
+class Figures:
+    """One nmt model's figures on one CPU, a value a run that gave one."""
+
+    speedup: list[float] = field(default_factory=list)  # training tokens/s × OpenNMT-py
+    share: list[float] = field(default_factory=list)  # of the limit beside it, 0-1
+    decoding: dict[str, list[float]] = field(default_factory=dict)  # label -> × OpenNMT-py
+    below: dict[str, int] = field(default_factory=dict)  # label -> runs > 0.5 BLEU below
+
+
+def cpu_of(run: PreviousRun) -> str:
+    """The group a run goes in: its CPU's name, and family and model where it recorded them."""
+    if run.cpu is None:
+        return "a CPU the run did not name"
+    return f"{run.cpu.name} ({run.cpu.id})" if run.cpu.id else run.cpu.name
+
+
+def what(run: PreviousRun) -> str:
+    """How long its rows trained: '1,000 updates, seed 12' or 'minutes'."""
+    if not run.updates:
+        return "a time budget"
+    seed = "" if run.seed is None else f", seed {run.seed}"
+    return f"{run.updates:,} updates{seed}"
+
+
+def reference(run: PreviousRun) -> Result | None:
+    return next((r for r in run.results if r.name.startswith(REFERENCE)), None)
+
+
+def ours(run: PreviousRun) -> list[Result]:
+    return [r for r in run.results if model_of(r.name).startswith(OURS)]
+
+
+def speedup(run: PreviousRun, row: Result) -> float | None:
+    """The row's training tokens/s against OpenNMT-py's in the same run."""
+    base = reference(run)
+    if base is None or not base.tokens_per_s or not row.tokens_per_s:
+        return None
+    return row.tokens_per_s / base.tokens_per_s
+
+
+def share(run: PreviousRun, row: Result) -> float | None:
+    """The row's tokens/s as a share of the limit of its precision measured in the run."""
+    lim = run.limits.get(limit_key(row.precision, row.device))
+    if not lim or not lim.tokens_per_s or not row.tokens_per_s:
+        return None
+    return row.tokens_per_s / lim.tokens_per_s
+
+
+def decoding(run: PreviousRun, row: Result, label: str) -> tuple[float, float] | None:
+    """(× OpenNMT-py's seconds, BLEU − OpenNMT-py's) of one decoding, where the run counts
+    for decoding and both rows have it."""
+    base = reference(run)
+    if base is None or run.updates < DECODING_UPDATES:
+        return None
+    mine, theirs = row.decode.get(label), base.decode.get(label)
+    if not mine or not theirs or not mine.get("seconds") or not theirs.get("seconds"):
+        return None
+    return theirs["seconds"] / mine["seconds"], mine["bleu"] - theirs["bleu"]
+
+
+def gather(runs: list[tuple[Path, PreviousRun]]) -> dict[str, dict[str, Figures]]:
+    """CPU -> nmt model -> its figures over that CPU's runs, in the order first met."""
+    by_cpu: dict[str, dict[str, Figures]] = {}
+    for _, run in runs:
+        for row in ours(run):
+            f = by_cpu.setdefault(cpu_of(run), {}).setdefault(model_of(row.name), Figures())
+            for values, value in ((f.speedup, speedup(run, row)), (f.share, share(run, row))):
+                if value is not None:
+                    values.append(value)
+            for label, _ in DECODINGS:
+                d = decoding(run, row, label)
+                if d is not None:
+                    f.decoding.setdefault(label, []).append(d[0])
+                    f.below[label] = f.below.get(label, 0) + (d[1] < -BLEU_SLACK)
+    return by_cpu
+
+
+def span(values: Iterable[float], unit: str, digits: int = 2) -> str:
+    """'1.43-1.81×' from the values, then `unit` (one value: itself; none: '-')."""
+    v = sorted(values)
+    if not v:
+        return "-"
+    lo, hi = f"{v[0]:.{digits}f}", f"{v[-1]:.{digits}f}"
+    return (lo if lo == hi else f"{lo}-{hi}") + unit
+
+
+def run_lines(runs: list[tuple[Path, PreviousRun]]) -> list[str]:
+    """A run a line: its file, CPU, training, OpenNMT-py's tokens/s and each nmt row's
+    figures."""
+    lines = [
+        "| run | CPU | trained | OpenNMT-py tokens/s | each nmt row: × OpenNMT-py, % of limit"
+        + "".join(f", {label} ×" for label, _ in DECODINGS)
+        + " |",
+        "|---|---|---|---|---|",
+    ]
+    for path, run in runs:
+        base = reference(run)
+        cells = [
+            path.name,
+            cpu_of(run),
+            what(run),
+            f"{base.tokens_per_s:,.0f}" if base else "-",
+            "; ".join(row_figures(run, row) for row in ours(run)),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def row_figures(run: PreviousRun, row: Result) -> str:
+    """'nmt fp32 1.61×, 56.9 %, greedy 4.89×, beam5 5.92×' ('-' for a figure it lacks)."""
+    x, s = speedup(run, row), share(run, row)
+    said = [f"{model_of(row.name)} " + ("-" if x is None else f"{x:.2f}×")]
+    said.append("-" if s is None else f"{100 * s:.1f} %")
+    for label, _ in DECODINGS:
+        d = decoding(run, row, label)
+        if d is not None:
+            said.append(f"{label} {d[0]:.2f}×")
+    return ", ".join(said)
+
+
+def range_lines(by_cpu: dict[str, dict[str, Figures]], counts: dict[str, int]) -> list[str]:
+    """A line for each CPU and nmt model: the range of each figure over its runs."""
+    labels = [label for label, _ in DECODINGS]
+    lines = [
+        "| CPU (runs) | row | training × OpenNMT-py | % of limit | "
+        + " | ".join(f"{label} ×, runs > {BLEU_SLACK} BLEU below" for label in labels)
+        + " |",
+        "|---" * (4 + len(labels)) + "|",
+    ]
+    for cpu, models in by_cpu.items():
+        for model, f in models.items():
+            cells = [
+                f"{cpu} ({counts[cpu]})",
+                model,
+                span(f.speedup, "×"),
+                span((100 * s for s in f.share), " %", digits=1),
+            ]
+            for label in labels:
+                got = f.decoding.get(label, [])
+                below = f"{f.below.get(label, 0)} of {len(got)}" if got else ""
+                cells.append(f"{span(got, '×')}, {below}" if got else "-")
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("runs", type=Path, nargs="+", help="compare_peers.py --out files")
+    args = ap.parse_args(argv)
+    seen: dict[Path, Path] = {}
+    runs = []
+    for path in args.runs:
+        same = seen.setdefault(path.resolve(), path)
+        if same is not path:
+            raise SystemExit(f"runs.py: {path} is named twice ({same}); expected each run once")
+        runs.append((path, previous_run(path, "runs.py")))
+    counts: dict[str, int] = {}
+    for _, run in runs:
+        counts[cpu_of(run)] = counts.get(cpu_of(run), 0) + 1
+    by_cpu = gather(runs)
+    if not by_cpu:
+        raise SystemExit(f"runs.py: no run has a row whose name starts with {OURS!r}")
+    print("\n".join(run_lines(runs)))
+    print()
+    print("\n".join(range_lines(by_cpu, counts)))
+    flags = {cpu_of(run): run.cpu.flags for _, run in runs if run.cpu is not None}
+    for cpu, f in flags.items():
+        print(f"{cpu}: flags {' '.join(f) or 'unknown'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""scripts/runs.py: several compare_peers.py runs side by side, and each nmt row's range of
+figures over the runs of each CPU."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import runs  # noqa: E402
+
+RESULTS = ROOT / "results"
+ONMT = "OpenNMT-py 3.5.1"
+ZEN4 = {"cpu": "AMD EPYC", "cpu_id": "family 25, model 17", "cpu_flags": ["avx2", "avx512_bf16"]}
+ZEN5 = {"cpu": "AMD EPYC", "cpu_id": "family 26, model 2", "cpu_flags": ["avx2", "avx512_bf16"]}
+
+
+def _row(name: str, tokens: float, precision: str = "fp32", decode=None) -> dict:
+    """A result row; decode: (greedy seconds, greedy BLEU, beam-5 seconds, beam-5 BLEU)."""
+    row = {"name": name, "tokens_per_s": tokens, "precision": precision, "decode": {}}
+    if decode is not None:
+        gs, gb, bs, bb = decode
+        row["decode"] = {
+            "greedy": {"seconds": gs, "bleu": gb},
+            "beam5": {"seconds": bs, "bleu": bb},
+        }
+    return row
+
+
+def _run(tmp_path, name: str, rows: list[dict], *, updates=1000, cpu=ZEN4, seed=1) -> str:
+    limits = {
+        p: {"precision": p, "tokens_per_s": t, "gflops": 1.0, "mflop_per_token": 1.0, "products": 1}
+        for p, t in (("fp32", 4000.0), ("bf16", 8000.0))
+    }
+    run = {"limits": limits, "results": rows, "updates": updates, "seed": seed, **cpu}
+    path = tmp_path / name
+    path.write_text(json.dumps(run))
+    return str(path)
+
+
+def test_each_runs_ratios_and_each_cpus_ranges(tmp_path, capsys):
+    a = _run(
+        tmp_path,
+        "a.json",
+        [
+            _row(ONMT, 1000, decode=(10.0, 40.0, 20.0, 41.0)),
+            _row("nmt fp32, int8 decoding", 2000, decode=(2.0, 40.2, 5.0, 40.0)),
+            _row("nmt bf16, int8 decoding", 4000, "bf16", decode=(2.5, 41.0, 4.0, 42.0)),
+        ],
+    )
+    b = _run(  # a time budget: its decodings are of rows that trained different numbers
+        tmp_path,
+        "b.json",
+        [_row(ONMT, 1600, decode=(5, 20, 10, 21)), _row("nmt fp32", 2400, decode=(1, 30, 2, 31))],
+        updates=0,
+    )
+    c = _run(tmp_path, "c.json", [_row(ONMT, 1500), _row("nmt fp32", 3000)], cpu=ZEN5)
+    runs.main([a, b, c])
+    out = capsys.readouterr().out.splitlines()
+    zen4, zen5 = "AMD EPYC (family 25, model 17)", "AMD EPYC (family 26, model 2)"
+    assert out[2] == (
+        f"| a.json | {zen4} | 1,000 updates, seed 1 | 1,000 | "
+        "nmt fp32 2.00×, 50.0 %, greedy 5.00×, beam5 4.00×; "
+        "nmt bf16 4.00×, 50.0 %, greedy 4.00×, beam5 5.00× |"
+    )
+    assert out[3] == f"| b.json | {zen4} | a time budget | 1,600 | nmt fp32 1.50×, 60.0 % |"
+    ranges = [line for line in out if line.startswith("| AMD EPYC")]
+    assert ranges == [
+        # fp32's beam 5 is 1.0 BLEU below OpenNMT-py's: more than the target's 0.5
+        f"| {zen4} (2) | nmt fp32 | 1.50-2.00× | 50.0-60.0 % | 5.00×, 0 of 1 | 4.00×, 1 of 1 |",
+        f"| {zen4} (2) | nmt bf16 | 4.00× | 50.0 % | 4.00×, 0 of 1 | 5.00×, 0 of 1 |",
+        f"| {zen5} (1) | nmt fp32 | 2.00× | 75.0 % | - | - |",
+    ]
+    assert out[-1] == f"{zen5}: flags avx2 avx512_bf16"
+
+
+def test_a_run_without_opennmt_py_still_gives_its_shares(tmp_path, capsys):
+    runs.main([_run(tmp_path, "a.json", [_row("nmt bf16", 2000, "bf16", decode=(1, 1, 1, 1))])])
+    out = capsys.readouterr().out
+    assert "| 1,000 updates, seed 1 | - | nmt bf16 -, 25.0 % |" in out
+    assert "| nmt bf16 | - | 25.0 % | - | - |" in out
+
+
+def _readme_zen4() -> tuple[list[str], str]:
+    """The runs the README's `scripts/runs.py` command for the Zen 4 reads, and the Zen 4
+    column of its table of where the targets stand."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"scripts/runs\.py ((?:[^`]|\n)+?)```", readme)
+    assert command, "the README quotes the runs.py command its Zen 4 column comes from"
+    files = [w for w in command.group(1).split() if w.startswith("results/")]
+    table = readme[readme.index("| target | AMD EPYC Zen 5") :].split("\n\n")[0].splitlines()
+    column = table[0].split(" | ").index("AMD EPYC Zen 4 (AVX512-BF16)")
+    return files, "\n".join(line.split(" | ")[column] for line in table[2:])
+
+
+def test_the_readmes_zen4_ranges_are_what_the_script_prints(capsys):
+    files, column = _readme_zen4()
+    assert len(files) >= 16
+    runs.main([str(ROOT / f) for f in files])
+    out = capsys.readouterr().out
+    zen4 = [
+        line for line in out.splitlines() if line.startswith("| AMD EPYC (family 25, model 17)")
+    ]
+    assert [line.split(" | ")[1] for line in zen4] == ["nmt fp32", "nmt bf16"]
+    for line in zen4:
+        for cell in line.strip("| ").split(" | ")[2:]:  # ×, % of limit, greedy and beam 5 ×
+            assert cell.split(",")[0] in column, (cell, column)
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["nope.json"], "runs.py: no run of compare_peers.py in nope.json"),
+        (["README.md"], "runs.py: README.md is not a run compare_peers.py wrote"),
+        (
+            ["results/compare_peers_4min_s45.json", "./results/compare_peers_4min_s45.json"],
+            "is named twice",
+        ),
+    ],
+    ids=["missing", "not a run", "twice"],
+)
+def test_bad_input_is_one_line_without_a_traceback(args, says):
+    proc = subprocess.run(
+        [sys.executable, "scripts/runs.py", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+def test_runs_without_an_nmt_row_are_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="^runs.py: no run has a row whose name starts with 'nmt'"):
+        runs.main([_run(tmp_path, "a.json", [_row(ONMT, 1000)])])
