@@ -35,6 +35,7 @@ from peers.common import (  # noqa: E402
     REFERENCE,
     PreviousRun,
     Result,
+    finite,
     model_of,
     previous_run,
 )
@@ -63,7 +64,7 @@ def cpu_of(run: PreviousRun) -> str:
 
 
 def what(run: PreviousRun) -> str:
-    """How long its rows trained: '1,000 updates, seed 12' or 'minutes'."""
+    """How long its rows trained: '1,000 updates, seed 12', or 'a time budget' (--minutes)."""
     if not run.updates:
         return "a time budget"
     seed = "" if run.seed is None else f", seed {run.seed}"
@@ -100,8 +101,9 @@ def decoding(run: PreviousRun, row: Result, label: str) -> tuple[float, float] |
     base = reference(run)
     if base is None or run.updates < DECODING_UPDATES:
         return None
-    mine, theirs = row.decode.get(label), base.decode.get(label)
-    if not mine or not theirs or not mine.get("seconds") or not theirs.get("seconds"):
+    mine, theirs = row.decode.get(label) or {}, base.decode.get(label) or {}
+    figures = [d.get(k) for d in (mine, theirs) for k in ("seconds", "bleu")]
+    if not all(finite(x) for x in figures) or not mine["seconds"] or not theirs["seconds"]:
         return None
     return theirs["seconds"] / mine["seconds"], mine["bleu"] - theirs["bleu"]
 

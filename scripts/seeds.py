@@ -22,7 +22,6 @@ and each seed's CPU is said below the table. Reads files only; nothing is writte
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from peers.common import (  # noqa: E402
     REFERENCE,
     TEST,
     PreviousRun,
+    finite,
     model_of,
     previous_run,
 )
@@ -90,7 +90,7 @@ def gather(runs: list[tuple[Path, PreviousRun]]) -> Seeds:
             missing = [] if row is not None else ["row"]
             for label, values in by_label.items():
                 value = None if row is None else row.decode.get(label, {}).get("bleu")
-                if _score(value):
+                if finite(value):
                     values.append(float(value))
                 elif row is not None:
                     missing.append(f"{label} BLEU")
@@ -102,11 +102,6 @@ def gather(runs: list[tuple[Path, PreviousRun]]) -> Seeds:
     seeds = [run.seed or 0 for _, run in runs]
     cpus = [str(run.cpu or "") for _, run in runs]
     return Seeds(seeds, runs[0][1].updates, bleu, left_out, cpus)
-
-
-def _score(x: object) -> bool:
-    """Whether a JSON value is a BLEU score: a finite number (not a bool)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def difference(values: list[float], reference: list[float]) -> str:

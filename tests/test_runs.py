@@ -136,3 +136,18 @@ def test_bad_input_is_one_line_without_a_traceback(args, says):
 def test_runs_without_an_nmt_row_are_one_line(tmp_path):
     with pytest.raises(SystemExit, match="^runs.py: no run has a row whose name starts with 'nmt'"):
         runs.main([_run(tmp_path, "a.json", [_row(ONMT, 1000)])])
+
+
+def test_a_decoding_without_its_figures_is_left_out_not_a_traceback(tmp_path, capsys):
+    """`Result.decode` is untyped JSON: a run stopped while decoding, or a damaged file, gives
+    a row whose decoding lacks its seconds or BLEU, or holds something else."""
+    rows = [
+        _row(ONMT, 1000, decode=(10, 40, 20, 41)),
+        _row("nmt fp32", 2000, decode=(2, 40, 5, 41)),
+    ]
+    rows[1]["decode"]["greedy"]["seconds"] = "fast"
+    del rows[1]["decode"]["beam5"]["bleu"]
+    runs.main([_run(tmp_path, "a.json", rows)])
+    out = capsys.readouterr().out
+    assert "| nmt fp32 2.00×, 50.0 % |" in out  # neither decoding counted
+    assert "| nmt fp32 | 2.00× | 50.0 % | - | - |" in out

@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import re
 import signal
@@ -267,6 +268,12 @@ def check_redecoded(
             f"{args.again}: {why}; is --work the folder that run trained in? "
             f"{args.out} left as it was"
         )
+
+
+def finite(x: object) -> bool:
+    """Whether a JSON value is a figure: a finite number (not a bool), as a row's decodings'
+    seconds and BLEU are (`Result.decode` holds them untyped)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def model_of(name: str) -> str:
