@@ -17,7 +17,10 @@ decoding target is on models trained for the same number of updates, ≥ 1,000; 
 --minutes decodes rows that trained different numbers), each row's seconds against
 OpenNMT-py's, and where its test BLEU was more than 0.5 below OpenNMT-py's (the target's
 condition), how many times. Runs are grouped by the CPU they recorded: its family and model
-where they did, as a Zen 4 and a Zen 5 both call themselves "AMD EPYC". Reads files only.
+where they did, as a Zen 4 and a Zen 5 both call themselves "AMD EPYC". A run from before
+session 41 recorded neither and is grouped by its flags, which tell an EPYC with AVX2 only from
+a Zen 5 but not a Zen 5 from a Zen 4 (session 41's first seed-5 file falls with the Zen 5's;
+its `_redecoded` file names the Zen 4). Reads files only.
 """
 
 from __future__ import annotations
@@ -57,10 +60,13 @@ class Figures:
 
 
 def cpu_of(run: PreviousRun) -> str:
-    """The group a run goes in: its CPU's name, and family and model where it recorded them."""
-    if run.cpu is None:
+    """The group a run goes in: its CPU's name, and its family and model where it recorded
+    them, its flags where it did not (before session 41: they tell a Zen 5 from an EPYC with
+    AVX2 only, both "AMD EPYC")."""
+    cpu = run.cpu
+    if cpu is None:
         return "a CPU the run did not name"
-    return f"{run.cpu.name} ({run.cpu.id})" if run.cpu.id else run.cpu.name
+    return f"{cpu.name} ({cpu.id or 'flags ' + (' '.join(cpu.flags) or 'unknown')})"
 
 
 def what(run: PreviousRun) -> str:
@@ -215,9 +221,9 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(run_lines(runs)))
     print()
     print("\n".join(range_lines(by_cpu, counts)))
-    flags = {cpu_of(run): run.cpu.flags for _, run in runs if run.cpu is not None}
-    for cpu, f in flags.items():
-        print(f"{cpu}: flags {' '.join(f) or 'unknown'}")
+    named = {cpu_of(run): run.cpu.flags for _, run in runs if run.cpu and run.cpu.id}
+    for cpu, flags in named.items():  # a group without family and model is named by its flags
+        print(f"{cpu}: flags {' '.join(flags) or 'unknown'}")
 
 
 if __name__ == "__main__":

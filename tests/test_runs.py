@@ -151,3 +151,18 @@ def test_a_decoding_without_its_figures_is_left_out_not_a_traceback(tmp_path, ca
     out = capsys.readouterr().out
     assert "| nmt fp32 2.00×, 50.0 % |" in out  # neither decoding counted
     assert "| nmt fp32 | 2.00× | 50.0 % | - | - |" in out
+
+
+def test_runs_from_before_family_and_model_are_grouped_by_their_flags(tmp_path, capsys):
+    """Both "AMD EPYC": an EPYC with AVX2 only and a Zen 5, neither with family and model."""
+    old = {"cpu": "AMD EPYC", "cpu_flags": ["avx2", "fma"]}
+    a = _run(tmp_path, "a.json", [_row(ONMT, 1000), _row("nmt fp32", 1000)], cpu=old)
+    old = {**old, "cpu_flags": ["avx2", "fma", "avx512f", "avx512_bf16"]}
+    b = _run(tmp_path, "b.json", [_row(ONMT, 1000), _row("nmt fp32", 2000)], cpu=old)
+    runs.main([a, b])
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("| AMD EPYC")] == [
+        "| AMD EPYC (flags avx2 fma) (1) | nmt fp32 | 1.00× | 25.0 % | - | - |",
+        "| AMD EPYC (flags avx2 fma avx512f avx512_bf16) (1) | nmt fp32 | 2.00× | 50.0 % | - | - |",
+    ]
+    assert not out[-1].startswith("AMD EPYC")  # no flags line: the groups are named by them
