@@ -87,28 +87,42 @@ def test_a_run_without_opennmt_py_still_gives_its_shares(tmp_path, capsys):
     assert "| nmt bf16 | - | 25.0 % | - | - |" in out
 
 
-def _readme_zen4() -> tuple[list[str], str]:
-    """The runs the README's `scripts/runs.py` command for the Zen 4 reads, and the Zen 4
-    column of its table of where the targets stand."""
+def _readme_columns() -> dict[str, tuple[list[str], str]]:
+    """Each `scripts/runs.py` command the README quotes in a code block whose first line names
+    a column of its table of where the targets stand (`# AMD EPYC Zen 4 (AVX512-BF16)`): that
+    column's header -> (the runs the command reads, the column's cells)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    command = re.search(r"scripts/runs\.py ((?:[^`]|\n)+?)```", readme)
-    assert command, "the README quotes the runs.py command its Zen 4 column comes from"
-    files = [w for w in command.group(1).split() if w.startswith("results/")]
     table = readme[readme.index("| target | AMD EPYC Zen 5") :].split("\n\n")[0].splitlines()
-    column = table[0].split(" | ").index("AMD EPYC Zen 4 (AVX512-BF16)")
-    return files, "\n".join(line.split(" | ")[column] for line in table[2:])
+    headers = table[0].strip("| ").split(" | ")
+    columns = {}
+    for block in re.findall(r"```bash\n# (.+)\n((?:.|\n)+?)```", readme):
+        header, command = block
+        if "scripts/runs.py" not in command or header not in headers:
+            continue
+        cells = "\n".join(
+            line.strip("| ").split(" | ")[headers.index(header)] for line in table[2:]
+        )
+        columns[header] = ([w for w in command.split() if w.startswith("results/")], cells)
+    return columns
 
 
-def test_the_readmes_zen4_ranges_are_what_the_script_prints(capsys):
-    files, column = _readme_zen4()
-    assert len(files) >= 16
+@pytest.mark.parametrize(
+    "header, runs_at_least",
+    [("AMD EPYC Zen 4 (AVX512-BF16)", 16), ("AMD EPYC Zen 5 (AVX512-BF16)", 8)],
+    ids=["zen4", "zen5"],
+)
+def test_the_readmes_ranges_are_what_the_script_prints(header, runs_at_least, capsys):
+    columns = _readme_columns()
+    assert header in columns, f"the README quotes the runs.py command of its {header} column"
+    files, column = columns[header]
+    assert len(files) >= runs_at_least
     runs.main([str(ROOT / f) for f in files])
-    out = capsys.readouterr().out
-    zen4 = [
-        line for line in out.splitlines() if line.startswith("| AMD EPYC (family 25, model 17)")
-    ]
-    assert [line.split(" | ")[1] for line in zen4] == ["nmt fp32", "nmt bf16"]
-    for line in zen4:
+    out = capsys.readouterr().out.splitlines()
+    ranges = out[out.index("") + 3 :]  # after the runs' table, the ranges' head and rule
+    ranges = [line for line in ranges if line.startswith("| ")]
+    assert len({line.split(" | ")[0] for line in ranges}) == 1, "one CPU a column"
+    assert [line.split(" | ")[1] for line in ranges] == ["nmt fp32", "nmt bf16"]
+    for line in ranges:
         for cell in line.strip("| ").split(" | ")[2:]:  # ×, % of limit, greedy and beam 5 ×
             assert cell.split(",")[0] in column, (cell, column)
 
