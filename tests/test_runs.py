@@ -108,8 +108,12 @@ def _readme_columns() -> dict[str, tuple[list[str], str]]:
 
 @pytest.mark.parametrize(
     "header, runs_at_least",
-    [("AMD EPYC Zen 4 (AVX512-BF16)", 16), ("AMD EPYC Zen 5 (AVX512-BF16)", 8)],
-    ids=["zen4", "zen5"],
+    [
+        ("AMD EPYC Zen 4 (AVX512-BF16)", 16),
+        ("AMD EPYC Zen 5 (AVX512-BF16)", 8),
+        ("Xeon with AMX", 21),
+    ],
+    ids=["zen4", "zen5", "xeon"],
 )
 def test_the_readmes_ranges_are_what_the_script_prints(header, runs_at_least, capsys):
     columns = _readme_columns()
