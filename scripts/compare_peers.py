@@ -86,6 +86,7 @@ from peers.common import (  # noqa: E402
     kept_rows,
     previous_run,
     sh,
+    share_of_limit,
 )
 from peers.limit import Cpu, Limit, Timings, limit_key, this_cpu, timed_pass  # noqa: E402
 from peers.options import check_decoding, check_files, decoding_arguments, nmt_config  # noqa: E402
@@ -113,10 +114,9 @@ def table(results: list[Result], base: Result | None, limits: dict[str, Limit]) 
             r.name,
             f"{r.tokens_per_s:,.0f}" + ratio(r.tokens_per_s, base and base.tokens_per_s),
         ]
-        key = limit_key(r.precision, r.device)
-        lim = limits.get(key)
+        share = share_of_limit(r, limits)
         # one decimal: 49.5 % of a limit is not the target's 50 % (session 41's run read "50%")
-        cells.append(f"{r.tokens_per_s / lim.tokens_per_s:.1%} of {key}" if lim else "-")
+        cells.append("-" if share is None else f"{share:.1%} of {limit_key(r.precision, r.device)}")
         cells += [f"{r.peak_rss_gb:.2f}", str(r.steps)]
         for label in ("greedy", "beam5"):
             d = r.decode.get(label)

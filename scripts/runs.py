@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +42,8 @@ from peers.common import (  # noqa: E402
     finite,
     model_of,
     previous_run,
+    share_of_limit,
 )
-from peers.limit import limit_key  # noqa: E402
 
 OURS = "nmt"  # the rows whose figures are gathered (their model's name starts so)
 DECODING_UPDATES = 1_000  # the fewest updates a run's decodings count from (the issue's)
@@ -94,11 +95,8 @@ def speedup(run: PreviousRun, row: Result) -> float | None:
 
 
 def share(run: PreviousRun, row: Result) -> float | None:
-    """The row's tokens/s as a share of the limit of its precision measured in the run."""
-    lim = run.limits.get(limit_key(row.precision, row.device))
-    if not lim or not lim.tokens_per_s or not row.tokens_per_s:
-        return None
-    return row.tokens_per_s / lim.tokens_per_s
+    """The row's share of the limit measured in its run; None for a row that did not train."""
+    return share_of_limit(row, run.limits) or None
 
 
 def decoding(run: PreviousRun, row: Result, label: str) -> tuple[float, float] | None:
@@ -174,7 +172,7 @@ def row_figures(run: PreviousRun, row: Result) -> str:
     return ", ".join(said)
 
 
-def range_lines(by_cpu: dict[str, dict[str, Figures]], counts: dict[str, int]) -> list[str]:
+def range_lines(by_cpu: dict[str, dict[str, Figures]], counts: Counter[str]) -> list[str]:
     """A line for each CPU and nmt model: the range of each figure over its runs."""
     labels = [label for label, _ in DECODINGS]
     lines = [
@@ -212,9 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         if same is not path:
             raise SystemExit(f"runs.py: {path} is named twice ({same}); expected each run once")
         runs.append((path, previous_run(path, "runs.py")))
-    counts: dict[str, int] = {}
-    for _, run in runs:
-        counts[cpu_of(run)] = counts.get(cpu_of(run), 0) + 1
+    counts = Counter(cpu_of(run) for _, run in runs)
     by_cpu = gather(runs)
     if not by_cpu:
         raise SystemExit(f"runs.py: no run has a row whose name starts with {OURS!r}")

@@ -25,7 +25,7 @@ from typing import Any
 import sentencepiece as spm
 
 from nmt import evaluate, signals, typed
-from peers.limit import Cpu, Limit
+from peers.limit import Cpu, Limit, limit_key
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "reference_rnn.yaml"
@@ -268,6 +268,13 @@ def check_redecoded(
             f"{args.again}: {why}; is --work the folder that run trained in? "
             f"{args.out} left as it was"
         )
+
+
+def share_of_limit(row: Result, limits: dict[str, Limit]) -> float | None:
+    """The row's training tokens/s as a share of the limit of its precision and device that
+    its run measured; None where the run measured no such limit."""
+    lim = limits.get(limit_key(row.precision, row.device))
+    return row.tokens_per_s / lim.tokens_per_s if lim and lim.tokens_per_s else None
 
 
 def finite(x: object) -> bool:
