@@ -21,11 +21,14 @@ where they did, as a Zen 4 and a Zen 5 both call themselves "AMD EPYC". A run fr
 session 41 recorded neither and is grouped by its flags, which tell an EPYC with AVX2 only from
 a Zen 5 but not a Zen 5 from a Zen 4 (session 41's first seed-5 file falls with the Zen 5's;
 its `_redecoded` file names the Zen 4). Reads files only.
+
+`--spread` adds how much each yardstick moves from run to run on one CPU (`spread_lines`).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -58,6 +61,9 @@ class Figures:
     share: list[float] = field(default_factory=list)  # of the limit beside it, 0-1
     decoding: dict[str, list[float]] = field(default_factory=dict)  # label -> × OpenNMT-py
     below: dict[str, int] = field(default_factory=dict)  # label -> runs > 0.5 BLEU below
+    # each training once, (its tokens/s, OpenNMT-py's) -> its share of the limit: a run that
+    # decoded a run's models again (--redecode) carries that run's training figures
+    trainings: dict[tuple[float, float], float] = field(default_factory=dict)
 
 
 def cpu_of(run: PreviousRun) -> str:
@@ -86,12 +92,18 @@ def ours(run: PreviousRun) -> list[Result]:
     return [r for r in run.results if model_of(r.name).startswith(OURS)]
 
 
-def speedup(run: PreviousRun, row: Result) -> float | None:
-    """The row's training tokens/s against OpenNMT-py's in the same run."""
+def tokens(run: PreviousRun, row: Result) -> tuple[float, float] | None:
+    """(the row's training tokens/s, OpenNMT-py's in the same run), where both trained."""
     base = reference(run)
     if base is None or not base.tokens_per_s or not row.tokens_per_s:
         return None
-    return row.tokens_per_s / base.tokens_per_s
+    return row.tokens_per_s, base.tokens_per_s
+
+
+def speedup(run: PreviousRun, row: Result) -> float | None:
+    """The row's training tokens/s against OpenNMT-py's in the same run."""
+    pair = tokens(run, row)
+    return None if pair is None else pair[0] / pair[1]
 
 
 def share(run: PreviousRun, row: Result) -> float | None:
@@ -121,6 +133,9 @@ def gather(runs: list[tuple[Path, PreviousRun]]) -> dict[str, dict[str, Figures]
             for values, value in ((f.speedup, speedup(run, row)), (f.share, share(run, row))):
                 if value is not None:
                     values.append(value)
+            pair, its_share = tokens(run, row), share(run, row)
+            if pair is not None and its_share is not None:
+                f.trainings.setdefault(pair, its_share)
             for label, _ in DECODINGS:
                 d = decoding(run, row, label)
                 if d is not None:
@@ -197,11 +212,51 @@ def range_lines(by_cpu: dict[str, dict[str, Figures]], counts: Counter[str]) -> 
     return lines
 
 
+def spread(values: list[float]) -> str:
+    """The coefficient of variation, standard deviation over mean: '6.2 %'."""
+    return f"{100 * statistics.stdev(values) / statistics.mean(values):.1f} %"
+
+
+def spread_lines(by_cpu: dict[str, dict[str, Figures]]) -> list[str]:
+    """How much each yardstick moves from training to training, for each CPU and nmt model
+    with three trainings or more (each once, however many runs decoded its models): the spread
+    of OpenNMT-py's tokens/s, of the row's, of the ratio of the two, of the row's share of the
+    limit and of the limit itself; and how far the two toolkits' tokens/s move together
+    (Pearson's r). A same-run ratio cancels the machine's state only as far as both trainings
+    meet the same state: where r is near 0 (spells shorter than the run), the ratio moves more
+    than either tokens/s."""
+    lines = [
+        "| CPU | row | trainings | OpenNMT-py tokens/s | its tokens/s | × OpenNMT-py "
+        "| % of limit | the limit | r, its tokens/s and OpenNMT-py's |",
+        "|---" * 9 + "|",
+    ]
+    for cpu, models in by_cpu.items():
+        for model, f in models.items():
+            if len(f.trainings) < 3:
+                continue
+            mine, theirs = (list(t) for t in zip(*f.trainings, strict=True))
+            ratio = [m / t for m, t in f.trainings]
+            shares = list(f.trainings.values())
+            limit = [m / s for m, s in zip(mine, shares, strict=True)]  # tokens/s
+            steady = len(set(mine)) == 1 or len(set(theirs)) == 1  # r is undefined
+            r = "-" if steady else f"{statistics.correlation(mine, theirs):.2f}"
+            cells = [cpu, model, str(len(f.trainings))]
+            cells += [spread(v) for v in (theirs, mine, ratio, shares, limit)]
+            cells.append(r)
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("runs", type=Path, nargs="+", help="compare_peers.py --out files")
+    ap.add_argument(
+        "--spread",
+        action="store_true",
+        help="also each figure's spread over a CPU's runs (standard deviation over mean)",
+    )
     args = ap.parse_args(argv)
     seen: dict[Path, Path] = {}
     runs = []
@@ -220,6 +275,9 @@ def main(argv: list[str] | None = None) -> None:
     named = {cpu_of(run): run.cpu.flags for _, run in runs if run.cpu and run.cpu.id}
     for cpu, flags in named.items():  # a group without family and model is named by its flags
         print(f"{cpu}: flags {' '.join(flags) or 'unknown'}")
+    if args.spread:
+        print()
+        print("\n".join(spread_lines(by_cpu)))
 
 
 if __name__ == "__main__":

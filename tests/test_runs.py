@@ -109,7 +109,7 @@ def _readme_columns() -> dict[str, tuple[list[str], str]]:
 @pytest.mark.parametrize(
     "header, runs_at_least",
     [
-        ("AMD EPYC Zen 4 (AVX512-BF16)", 16),
+        ("AMD EPYC Zen 4 (AVX512-BF16)", 19),
         ("AMD EPYC Zen 5 (AVX512-BF16)", 8),
         ("Xeon with AMX", 21),
     ],
@@ -184,3 +184,38 @@ def test_runs_from_before_family_and_model_are_grouped_by_their_flags(tmp_path, 
         "| AMD EPYC (flags avx2 fma avx512f avx512_bf16) (1) | nmt fp32 | 2.00× | 50.0 % | - | - |",
     ]
     assert not out[-1].startswith("AMD EPYC")  # no flags line: the groups are named by them
+
+
+def test_spread_counts_each_training_once_and_says_how_the_toolkits_move_together(tmp_path, capsys):
+    """--spread: nmt's tokens/s moving with OpenNMT-py's (r 1) leaves the ratio steady; a run
+    that decoded a run's models again carries its training figures, and counts once."""
+    a = _run(tmp_path, "a.json", [_row(ONMT, 1000), _row("nmt fp32", 2000)])
+    b = _run(tmp_path, "b.json", [_row(ONMT, 1100), _row("nmt fp32", 2200)])
+    c = _run(
+        tmp_path,
+        "c.json",
+        [_row(ONMT, 900), _row("nmt fp32", 1800), _row("nmt bf16", 3000, "bf16")],
+    )
+    again = _run(tmp_path, "again.json", [_row(ONMT, 1000), _row("nmt fp32", 2000)])
+    runs.main(["--spread", a, b, c, again])
+    out = capsys.readouterr().out.splitlines()
+    head = out.index("") + 1 + out[out.index("") + 1 :].index("") + 1  # the third table
+    assert out[head:] == [
+        "| CPU | row | trainings | OpenNMT-py tokens/s | its tokens/s | × OpenNMT-py "
+        "| % of limit | the limit | r, its tokens/s and OpenNMT-py's |",
+        "|---|---|---|---|---|---|---|---|---|",
+        "| AMD EPYC (family 25, model 17) | nmt fp32 | 3 | 10.0 % | 10.0 % | 0.0 % | 10.0 % "
+        "| 0.0 % | 1.00 |",
+    ]  # nmt bf16 trained once: no spread
+
+
+def test_spread_says_no_r_where_a_toolkit_did_not_move(tmp_path, capsys):
+    files = [
+        _run(tmp_path, f"{n}.json", [_row(ONMT, 1000), _row("nmt fp32", tokens)])
+        for n, tokens in enumerate((1800, 2000, 2200))
+    ]
+    runs.main(["--spread", *files])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "| AMD EPYC (family 25, model 17) | nmt fp32 | 3 | 0.0 % | 10.0 % | 10.0 % | 10.0 % "
+        "| 0.0 % | - |"
+    )
