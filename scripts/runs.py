@@ -130,10 +130,10 @@ def gather(runs: list[tuple[Path, PreviousRun]]) -> dict[str, dict[str, Figures]
     for _, run in runs:
         for row in ours(run):
             f = by_cpu.setdefault(cpu_of(run), {}).setdefault(model_of(row.name), Figures())
-            for values, value in ((f.speedup, speedup(run, row)), (f.share, share(run, row))):
+            pair, its_share = tokens(run, row), share(run, row)
+            for values, value in ((f.speedup, speedup(run, row)), (f.share, its_share)):
                 if value is not None:
                     values.append(value)
-            pair, its_share = tokens(run, row), share(run, row)
             if pair is not None and its_share is not None:
                 f.trainings.setdefault(pair, its_share)
             for label, _ in DECODINGS:
@@ -244,7 +244,7 @@ def spread_lines(by_cpu: dict[str, dict[str, Figures]]) -> list[str]:
             cells += [spread(v) for v in (theirs, mine, ratio, shares, limit)]
             cells.append(r)
             lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    return lines if len(lines) > 2 else ["spread: no CPU has three trainings of an nmt row"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -255,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--spread",
         action="store_true",
-        help="also each figure's spread over a CPU's runs (standard deviation over mean)",
+        help="also how much each figure moves from training to training on each CPU "
+        "(standard deviation over mean), and how far the toolkits' tokens/s move together",
     )
     args = ap.parse_args(argv)
     seen: dict[Path, Path] = {}

@@ -219,3 +219,10 @@ def test_spread_says_no_r_where_a_toolkit_did_not_move(tmp_path, capsys):
         "| AMD EPYC (family 25, model 17) | nmt fp32 | 3 | 0.0 % | 10.0 % | 10.0 % | 10.0 % "
         "| 0.0 % | - |"
     )
+
+
+def test_spread_of_fewer_than_three_trainings_says_so(tmp_path, capsys):
+    runs.main(["--spread", _run(tmp_path, "a.json", [_row(ONMT, 1000), _row("nmt fp32", 2000)])])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "spread: no CPU has three trainings of an nmt row"
+    )
