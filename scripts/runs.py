@@ -6,9 +6,9 @@ and more with the machine's spells, so issue 25's targets are quoted as the rang
 run of a CPU. Copied by hand from run to run, a range can miss a run or keep a figure that a
 run decoded again replaced; read from the runs' files, it is this command's output.
 
-    .venv/bin/python scripts/runs.py results/compare_peers_4min_s4[1-7].json \\
+    .venv/bin/python scripts/runs.py [--spread] results/compare_peers_4min_s4[1-8].json \\
         results/compare_peers_1000_updates_int8_s41_seed5_redecoded.json \\
-        results/compare_peers_1000_updates_int8_s4[1-7]_seed{6,7,8,9,10,11,12}.json
+        results/compare_peers_1000_updates_int8_s4[1-8]_seed{6,7,8,9,10,11,12,13,14,15}.json
 
 Each file is a run's --out, of --minutes or of --updates. Training: each nmt row's tokens/s
 against OpenNMT-py's in the same run, and its share of the limit measured beside it
