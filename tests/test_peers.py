@@ -140,6 +140,13 @@ def test_profile_step_refuses_bad_input_in_one_line(tmp_path, args, says):
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
 
 
+def _share_of_printed(share: str, rate: float, limit: float) -> bool:
+    """Whether `share` ('4.5%', to 0.1 %) is rate / limit for some rates that print as these
+    (rounded to the unit)."""
+    low, high = (rate - 0.5) / (limit + 0.5), (rate + 0.5) / (limit - 0.5)
+    return low - 0.0005 <= float(share.rstrip("%")) / 100 <= high + 0.0005
+
+
 def test_profile_step_share_prints_each_minute_and_three_rates(tmp_path):
     """`--share`: a table row a minute (steps, the step's tokens/s, the limit at its typical
     and fastest timings, two shares), then the rates over all steps."""
@@ -152,7 +159,9 @@ def test_profile_step_share_prints_each_minute_and_three_rates(tmp_path):
     assert cells[0] == "1" and int(cells[1]) >= 1
     step, typical, fastest = (float(cells[i].replace(",", "")) for i in (2, 3, 5))
     assert fastest >= typical > 0 and step > 0
-    assert cells[4] == f"{step / typical:.1%}" and cells[6] == f"{step / fastest:.1%}"
+    # each share is its rates' ratio, read from rates printed to the unit: at the tiny model's
+    # few hundred tokens/s, that rounding alone can move the share's last digit
+    assert _share_of_printed(cells[4], step, typical) and _share_of_printed(cells[6], step, fastest)
     assert lines[-1].startswith("over all ") and "as compare_peers counts" in lines[-1]
 
 
