@@ -212,9 +212,17 @@ def range_lines(by_cpu: dict[str, dict[str, Figures]], counts: Counter[str]) -> 
     return lines
 
 
+def relative(values: list[float]) -> list[float]:
+    """The values over the largest (all positive): neither a spread nor r changes, and no
+    square of a figure a damaged file made huge overflows to inf."""
+    top = max(values)
+    return [v / top for v in values]
+
+
 def spread(values: list[float]) -> str:
     """The coefficient of variation, standard deviation over mean: '6.2 %'."""
-    return f"{100 * statistics.stdev(values) / statistics.mean(values):.1f} %"
+    v = relative(values)
+    return f"{100 * statistics.stdev(v) / statistics.mean(v):.1f} %"
 
 
 def spread_lines(by_cpu: dict[str, dict[str, Figures]]) -> list[str]:
@@ -239,7 +247,7 @@ def spread_lines(by_cpu: dict[str, dict[str, Figures]]) -> list[str]:
             shares = list(f.trainings.values())
             limit = [m / s for m, s in zip(mine, shares, strict=True)]  # tokens/s
             steady = len(set(mine)) == 1 or len(set(theirs)) == 1  # r is undefined
-            r = "-" if steady else f"{statistics.correlation(mine, theirs):.2f}"
+            r = "-" if steady else f"{statistics.correlation(relative(mine), relative(theirs)):.2f}"
             cells = [cpu, model, str(len(f.trainings))]
             cells += [spread(v) for v in (theirs, mine, ratio, shares, limit)]
             cells.append(r)

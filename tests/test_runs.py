@@ -226,3 +226,21 @@ def test_spread_of_fewer_than_three_trainings_says_so(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == (
         "spread: no CPU has three trainings of an nmt row"
     )
+
+
+def test_a_negative_rate_is_a_damaged_file_in_one_line(tmp_path):
+    """A rate below 0 is no run compare_peers.py wrote: refused where every reader reads runs
+    (`peers.common.previous_run`), not given a negative ratio or share."""
+    bad = _run(tmp_path, "a.json", [_row(ONMT, 1000), _row("nmt fp32", -2000)])
+    with pytest.raises(SystemExit, match=r"is not a run .*tokens_per_s: -2000.0 is below"):
+        runs.main([bad])
+
+
+def test_spread_of_figures_too_large_to_square_stays_finite(tmp_path, capsys):
+    files = [
+        _run(tmp_path, f"{n}.json", [_row(ONMT, 1000.0 + n), _row("nmt fp32", tokens)])
+        for n, tokens in enumerate((1e308, 1.5e308, 1.2e308))
+    ]
+    runs.main(["--spread", *files])
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "inf" not in last and "nan" not in last, last

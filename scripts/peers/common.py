@@ -39,7 +39,7 @@ class Result:
     """One toolkit's (or one nmt precision's) figures."""
 
     name: str
-    tokens_per_s: float = 0.0
+    tokens_per_s: float = typed.option(0.0, min=0)  # a file saying less is damaged
     windows: list[float] = field(default_factory=list)
     peak_rss_gb: float = 0.0
     steps: int = 0

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: argtyp
 
 from argtypes import whole  # noqa: E402
 
-from nmt import onednn  # noqa: E402
+from nmt import onednn, typed  # noqa: E402
 from nmt.batching import collate  # noqa: E402
 from nmt.config import Config, load_config  # noqa: E402
 from nmt.errors import one_line  # noqa: E402
@@ -220,7 +220,7 @@ def median_seconds(
 @dataclass
 class Limit:
     precision: str
-    tokens_per_s: float  # the products alone
+    tokens_per_s: float = typed.option(dataclasses.MISSING, min=0)  # the products alone
     gflops: float  # their rate at this model's shapes
     mflop_per_token: float  # forward and backward
     products: int  # a step's products, all shapes
