@@ -17,6 +17,9 @@ from nmt.files import atomic_write
 from nmt.run_dir import METRICS_NAME
 
 Log = Callable[[str], None]  # where progress lines go: print, typer.echo, a list's append
+# a row's fields that say when it was, not what was measured: neither plotted nor printed
+# (TensorBoard keeps its own wall time, and the progress line says the step and epoch)
+_AXES = ("step", "epoch", "time")
 
 
 class Reporter:
@@ -84,10 +87,10 @@ class Reporter:
         self.metrics.flush()
         if self.writer is not None:
             for key, value in row.items():
-                if key not in ("step", "epoch") and isinstance(value, (int, float)):
+                if key not in _AXES and isinstance(value, (int, float)):
                     group = "valid" if key.startswith(("val_", "avg_val_")) else "train"
                     self.writer.add_scalar(f"{group}/{key}", value, row["step"])
-        parts = [f"{k}={_fmt(v)}" for k, v in row.items() if k not in ("step", "epoch")]
+        parts = [f"{k}={_fmt(v)}" for k, v in row.items() if k not in _AXES]
         line = " ".join(parts)
         if self.progress is not None:
             # The bar keeps to what fits a terminal line; full rows go to the log.
@@ -185,12 +188,15 @@ class Stats:
         of updates skipped for inf/NaN gradients."""
         now = time.perf_counter()
         elapsed = now - self.started
-        # minutes: wall time since this process began training (learning curves against time)
+        # minutes: wall time since this process began training (learning curves against time);
+        # time: the clock's (seconds since the epoch), to line the row up with what happened
+        # outside the process (a benchmark that stops and resumes it: scripts/peers/turns.py)
         row: dict[str, Any] = {
             "step": step,
             "epoch": epoch,
             "lr": lr,
             "minutes": (now - self.began) / 60,
+            "time": time.time(),
         }
         self.read()
         if self.updates:  # none when a resumed run validates before its first update

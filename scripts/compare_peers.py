@@ -32,6 +32,12 @@ its matrix products alone would allow, at the model's shapes, in the row's preci
 measured in the same run: before the first row trains and after each toolkit's rows, each
 product's fastest timing kept, each pass's own figure in the JSON), with the CPU's model name,
 family and model numbers and flags in the output and JSON.
+`--interleave SECONDS` trains every row at once, taking turns of SECONDS (`peers/turns.py`:
+the others stopped meanwhile), so that all meet the same slow spells of a shared CPU, which
+last minutes: one after the other, each row met its own. Each row's --minutes are then its
+own running ones and its tokens/s the median of the windows that lie inside one of its
+turns; the output adds how each row's tokens/s and its ratio to OpenNMT-py moved over the
+cycles of turns.
 On a GPU, nmt's rows train there and are measured against the GPU's own limit in their
 precision ("cuda fp16"); the peers still train on the CPU, against its fp32 limit.
 Peak memory is the training process's peak resident set (`wait4`). Decoding times are the
@@ -61,11 +67,10 @@ Nothing else runs meanwhile: two jobs on a small machine make both figures wrong
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import shutil
 import signal
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -78,6 +83,7 @@ from peers.common import (  # noqa: E402
     CONFIG,
     DECODINGS,
     ROOT,
+    Decoding,
     Result,
     Shared,
     check_redecoded,
@@ -87,12 +93,13 @@ from peers.common import (  # noqa: E402
     previous_run,
     sh,
     share_of_limit,
+    turn_rates,
 )
 from peers.limit import Cpu, Limit, Timings, limit_key, this_cpu, timed_pass  # noqa: E402
 from peers.options import check_decoding, check_files, decoding_arguments, nmt_config  # noqa: E402
+from peers.report import Report, plot  # noqa: E402
+from peers.turns import same_spells, taking_turns, together  # noqa: E402
 
-from nmt.display import save_figure  # noqa: E402
-from nmt.files import write_output  # noqa: E402
 from nmt.run_dir import OWNER_MARK  # noqa: E402
 from nmt.runtime import cpu_has_bf16_matmul  # noqa: E402
 
@@ -180,30 +187,24 @@ def missing(results: list[Result], limits: dict[str, Limit]) -> list[str]:
     return lines
 
 
-def plot(results: list[Result], path: Path, minutes: float) -> None:
-    """Validation BLEU (greedy) against training minutes, every toolkit on the same axes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for r in results:
-        if r.curve:
-            ax.plot(
-                [p["minutes"] for p in r.curve],
-                [p["val_bleu"] for p in r.curve],
-                marker="o",
-                label=r.name,
-            )
-    ax.set_xlabel("training minutes (this machine)")
-    ax.set_ylabel("val BLEU, greedy (sacreBLEU)")
-    ax.set_xlim(0, minutes * 1.05 if minutes else None)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    save_figure(fig, path, dpi=120)
-    plt.close(fig)
+def _train_rows(
+    args: argparse.Namespace, shared: Shared, only: set[str], timings: dict[str, Timings]
+) -> list[tuple[list[Result], list[Decoding]]]:
+    """Each adapter's rows and timed decodings: trained one after the other, with a pass of
+    the limit after each toolkit's rows; or, under --interleave, all at once taking turns,
+    with one pass after them all."""
+    if not args.interleave:
+        found = []
+        for adapter in ADAPTERS:
+            found.append(adapter.run_all(args, shared, only))
+            if found[-1][0] and not args.again:
+                limit_pass(args, only, timings)
+        return found
+    with taking_turns(args.interleave) as args.turns:
+        found = together([functools.partial(a.run_all, args, shared, only) for a in ADAPTERS])
+    args.turns = None
+    limit_pass(args, only, timings)
+    return found
 
 
 def _arguments() -> argparse.Namespace:
@@ -237,6 +238,14 @@ def _arguments() -> argparse.Namespace:
         "--curve", type=argtypes.whole(1), default=0, help="learning curve: a point every N updates"
     )
     ap.add_argument("--plot", type=Path, help="draw the learning curves to FILE.png")
+    ap.add_argument(
+        "--interleave",
+        type=argtypes.above_zero("seconds"),
+        default=0.0,
+        metavar="SECONDS",
+        help="train every row at once, taking turns of SECONDS (the others stopped), so all "
+        "meet the same slow spells of a shared CPU; --minutes are each row's running ones",
+    )
     decoding_arguments(ap)
     ap.add_argument(
         "--only",
@@ -251,6 +260,11 @@ def _arguments() -> argparse.Namespace:
     if not (args.data / "train.en").is_file():
         ap.error(f"--data {args.data}: no train.en there; expected Multi30k's files")
     check_decoding(ap, args)
+    if args.interleave and args.again:
+        ap.error(f"--interleave and {args.again}: {args.again} trains nothing")
+    if args.interleave and args.curve:  # the points' minutes are nmt's own, by the clock
+        ap.error("--interleave and --curve: a curve's minutes run on while its row waits a turn")
+    args.turns = None  # the rotation (peers.turns) while the rows train at once
     # the run to decode again, read (a damaged one refused) before --work is made
     args.previous = previous_limits(args.out, args.again, this_cpu()) if args.again else {}
     check_files(ap, args)
@@ -283,42 +297,6 @@ def _shared_pieces(args: argparse.Namespace) -> Shared:
     return Shared(spm_model, pieces)
 
 
-@dataclass
-class Report:
-    """The run's JSON (--out): what it measured, and the machine it ran on."""
-
-    args: argparse.Namespace
-    threads: int
-    cpu: Cpu
-    gpu: str | None
-    limits: dict[str, Limit]
-
-    def write(self, results: list[Result], *, decoded: bool) -> None:
-        """`decoded`: whether the rows' decodings have run (their cells are empty before)."""
-        args = self.args
-        run = {
-            "threads": self.threads,
-            "torch": torch.__version__,
-            "cpu": self.cpu.name,
-            "cpu_id": self.cpu.id,
-            "cpu_flags": list(self.cpu.flags),
-            "gpu": self.gpu,
-            "limits": {p: asdict(lim) for p, lim in self.limits.items()},
-            "minutes": args.minutes,
-            "updates": args.updates,
-            "int8_decoding": args.int8,
-            "decode_workers": args.decode_workers,
-            "decode_repeats": args.decode_repeats,
-            "redecoded": bool(args.again),
-            "decoded": decoded,
-            "seed": args.seed,
-            "nmt_config": str(args.nmt_config),
-            "nmt_set": args.nmt_set,
-            "results": [asdict(r) for r in results],
-        }
-        write_output(args.out, json.dumps(run, indent=1).encode())
-
-
 def main() -> None:
     args = _arguments()
     # SIGTERM (a timeout, kill) as an exception: the training under way is killed with us
@@ -343,10 +321,7 @@ def main() -> None:
         limit_pass(args, only, timings)
     shared = _shared_pieces(args)
     results, decodings = [], []
-    for adapter in ADAPTERS:
-        rows, timed = adapter.run_all(args, shared, only)
-        if rows and not args.again:
-            limit_pass(args, only, timings)
+    for rows, timed in _train_rows(args, shared, only, timings):
         results += rows
         decodings += timed
     if not results:
@@ -381,6 +356,11 @@ def main() -> None:
     for r in results:
         for label, d in r.decode.items():
             print(f"{r.name} {label}: test BLEU {d['bleu']:.1f}, wmt-mmt {d['bleu_wmt_mmt']:.1f}")
+    if args.interleave and base is not None:
+        print(f"\nturns of {args.interleave:g} s, each paired with {base.name}'s nearest in time:")
+        for r in results:
+            if r is not base:
+                print(same_spells(r.name, turn_rates(base), turn_rates(r)))
     if args.plot:
         plot(results, args.plot, args.minutes)
         print(f"curve: {args.plot}")

@@ -198,7 +198,7 @@ def test_the_scripts_trainings_leave_the_users_runs_latest_alone(tmp_path: Path)
     work = tmp_path / "work"
     work.mkdir()
     args = dict(data=tiny, work=work, seed=1, log_every=1, curve=0, nmt_set=[])
-    peers = argparse.Namespace(**args, minutes=0, updates=2, nmt_config=config)
+    peers = argparse.Namespace(**args, minutes=0, updates=2, nmt_config=config, turns=None)
     row = nmt_toolkit.nmt_train("nmt fp32", "fp32", peers, work / "nmt-fp32")
     assert row.steps == 2 and (work / "nmt-fp32" / "last.pt").is_file()
     study = argparse.Namespace(**args, steps=2, config=config)

@@ -26,6 +26,7 @@ import sentencepiece as spm
 
 from nmt import evaluate, signals, typed
 from peers.limit import Cpu, Limit, limit_key
+from peers.turns import Turns, inside, per_turn, speed, stamp
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "reference_rnn.yaml"
@@ -49,6 +50,10 @@ class Result:
     curve: list[dict[str, float]] = field(default_factory=list)  # minutes, step, val_bleu
     precision: str = "fp32"  # what its matrix products run in: the limit it is measured against
     device: str = "cpu"  # where it trained ("cuda": nmt's rows on a GPU; the peers train on CPUs)
+    # --interleave (peers.turns): when each window ended and its turns ran, by time.time()
+    window_times: list[float] = field(default_factory=list)
+    turns: list[list[float]] = field(default_factory=list)
+    budget_end: float = 0.0  # time.time() when its --minutes ran out (0: no budget, an old run)
 
 
 @dataclass(frozen=True)
@@ -60,12 +65,21 @@ class Shared:
     pieces: Path
 
 
-def run(cmd: list[str], *, log: Path, env: dict[str, str] | None = None, minutes: float = 0) -> int:
+def run(
+    cmd: list[str],
+    *,
+    log: Path,
+    env: dict[str, str] | None = None,
+    minutes: float = 0,
+    turns: Turns | None = None,
+) -> int:
     """Run `cmd` with its output in `log`, interrupted (SIGINT, as Ctrl-C) after `minutes`
     (0: until it ends) and killed 2 minutes later if still there. Returns the peak resident
     set in bytes of the process (and of its children it waited for). It runs in its own
     session (Ctrl-C reaches it only through this loop), so if this script stops first (Ctrl-C,
-    SIGTERM, an error) its whole process group is killed: no training left running."""
+    SIGTERM, an error) its whole process group is killed: no training left running. With
+    `turns`, it takes turns with the other trainings there, and its minutes are its own
+    running ones (`peers.turns`)."""
     with log.open("w") as out, contextlib.ExitStack() as owned:
         with signals.held(block=False):  # a Ctrl-C while it starts: raised once it is owned
             proc = subprocess.Popen(
@@ -77,7 +91,10 @@ def run(cmd: list[str], *, log: Path, env: dict[str, str] | None = None, minutes
                 preexec_fn=_sigint_default,
             )
             owned.push(lambda *exc: _killed(proc) if exc[0] else None)
-        status, usage, interrupted_at = _wait(proc.pid, minutes)
+            if turns is not None:
+                turns.join(log, proc.pid)
+                owned.callback(turns.leave, log)
+        status, usage, interrupted_at = _wait(proc.pid, minutes, turns, log)
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0 and interrupted_at is None:
         tail = log.read_text(errors="replace")[-2000:]
@@ -101,17 +118,24 @@ def _killed(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _wait(pid: int, minutes: float) -> tuple[int, Any, float | None]:
+def _wait(
+    pid: int, minutes: float, turns: Turns | None, log: Path
+) -> tuple[int, Any, float | None]:
     """Wait for `pid`: SIGINT to its group after `minutes` (0: never), SIGKILL 2 minutes
-    later. Its wait status, resource usage, and when it was interrupted (None: it was not)."""
+    later, both counted in its running seconds where it takes `turns`. Its wait status,
+    resource usage, and when it was interrupted (None: it was not)."""
     start = time.monotonic()
     interrupted_at = None
     while True:
         done, status, usage = os.wait4(pid, os.WNOHANG)
         if done:
             return status, usage, interrupted_at
-        now = time.monotonic()
-        if minutes and interrupted_at is None and now - start > minutes * 60:
+        if turns is not None:
+            turns.tick()
+        now = turns.running(log) if turns is not None else time.monotonic() - start
+        if minutes and interrupted_at is None and now > minutes * 60:
+            if turns is not None:
+                turns.interrupt(log)
             os.killpg(pid, signal.SIGINT)
             interrupted_at = now
         elif interrupted_at is not None and now - interrupted_at > 120:
@@ -154,11 +178,39 @@ def train_peer(
     read from its log (`pattern`: step, tokens/s)."""
     log = args.work / f"{tag}.train.log"
     started = time.time()
-    rss = run(cmd, log=log, env=env, minutes=args.minutes)
-    found = [(int(m.group(1)), float(m.group(2))) for m in pattern.finditer(log.read_text())]
-    windows = [tok for _, tok in found]
+    rss = run(cmd, log=log, env=env, minutes=args.minutes, turns=args.turns)
+    found = [
+        (int(m.group(1)), float(m.group(2)), stamp(line))
+        for line in log.read_text().splitlines()
+        if (m := pattern.search(line))
+    ]
+    windows = [tok for _, tok, _ in found]
     steps = found[-1][0] if found else 0
-    return Result(name, median_after_first(windows), windows, rss / 2**30, steps, started=started)
+    result = Result(name, median_after_first(windows), windows, rss / 2**30, steps, started=started)
+    if args.minutes:
+        result.budget_end = started + args.minutes * 60
+    return timed_by_turns(result, [t for _, _, t in found], args.turns, log)
+
+
+def turn_rates(result: Result) -> dict[float, float]:
+    """`result`'s tokens/s in each of its turns with a window inside (`peers.turns.per_turn`),
+    keyed by the time of the turn's middle (none: it took no turns)."""
+    rates = per_turn(result.windows, inside(result.window_times, result.turns))
+    return {sum(result.turns[k]) / 2: rate for k, rate in rates.items()}
+
+
+def timed_by_turns(
+    result: Result, times: list[float | None], turns: Turns | None, log: Path
+) -> Result:
+    """`result` as it took `turns` (None: it did not): its tokens/s from the windows inside
+    one of its turns, those turns, and when its budget ran out of running minutes."""
+    if turns is None:
+        return result
+    result.turns = [list(t) for t in turns.turns_of(log)]
+    result.window_times = [t or 0.0 for t in times]
+    result.tokens_per_s = speed(result.windows, inside(times, turns.turns_of(log)))
+    result.budget_end = turns.interrupted_at(log) or time.time()  # or it ended first
+    return result
 
 
 def encode_pieces(model: Path, data: Path, out: Path) -> None:

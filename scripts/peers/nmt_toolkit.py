@@ -32,7 +32,9 @@ from peers.common import (
     median_after_first,
     previous_result,
     run,
+    timed_by_turns,
 )
+from peers.turns import together
 
 KEYS = ("nmt-fp32", "nmt-bf16", "nmt-fp16")
 
@@ -41,24 +43,22 @@ def run_all(
     args: argparse.Namespace, shared: Shared, only: set[str]
 ) -> tuple[list[Result], list[Decoding]]:
     """Each precision asked for (`--only`) that this machine runs, trained (or the previous
-    run's, `--redecode`), and their timed decodings."""
+    run's, `--redecode`; all at once, taking turns, under --interleave), and their timed
+    decodings."""
+    precisions = _runnable([p for p in ("fp32", "bf16", "fp16") if f"nmt-{p}" in only])
+    if not precisions:
+        return [], []
+    if args.redecode:  # the previous run's models, decoded again (any way they were before)
+        trained = [previous_result(args, f"nmt {p}") for p in precisions]
+        for r, p in zip(trained, precisions, strict=True):
+            r.name = f"nmt {p}"
+    else:
+        jobs = [functools.partial(_train, p, args, shared) for p in precisions]
+        trained = together(jobs) if args.turns else [job() for job in jobs]
     results: list[Result] = []
     decodings: list[Decoding] = []
-    gpu = torch.cuda.is_available()  # nmt trains and decodes there (device auto)
-    for precision in ("fp32", "bf16", "fp16"):
-        name = f"nmt-{precision}"
-        if name not in only:
-            continue
-        if precision == "fp16" and not gpu:
-            print("nmt fp16: skipped: fp16 is for GPUs, and torch sees none on this machine")
-            continue
-        if precision == "bf16" and not gpu and not cpu_has_bf16_matmul():
-            print(
-                "nmt bf16: skipped: this CPU has no bf16 matrix units (AVX512-BF16 or AMX), "
-                "so bf16 products are emulated, 1-2 GFLOP/s against fp32's ~100"
-            )
-            continue
-        run_dir = args.work / name
+    for r, precision in zip(trained, precisions, strict=True):
+        run_dir = args.work / f"nmt-{precision}"
         # int8 keeps its float parts in fp32 (see above); --decode-precision is not int8's
         decode_in = "fp32" if args.int8 else args.decode_precision or precision
         suffix = ", int8 decoding" if args.int8 else ""
@@ -66,16 +66,6 @@ def run_all(
             suffix += f", {decode_in} decoding"
         if args.decode_workers > 1:
             suffix += f", {args.decode_workers} decoding workers"
-        if args.redecode:  # the previous run's model, decoded again (any way it was before)
-            r = previous_result(args, f"nmt {precision}")
-            r.name = f"nmt {precision}"
-        else:
-            print(f"training {name} ...", flush=True)
-            r = nmt_train(f"nmt {precision}", precision, args, run_dir)
-            same = (run_dir / "spm.model").read_bytes() == shared.spm_model.read_bytes()
-            r.note = "same sentencepiece model" if same else "sentencepiece model differs!"
-            if args.updates and r.steps != args.updates:
-                r.note += f"; stopped at step {r.steps}, not the {args.updates} asked for!"
         # the timed speed run decodes where it stopped; a curve run (validating as nmt does)
         # decodes what nmt would translate with (averaged, else best)
         model = run_dir if args.curve else run_dir / LAST_NAME
@@ -85,19 +75,52 @@ def run_all(
             r.note = f"no model at {model}: nothing decoded"
         r.name += suffix
         results.append(r)
-        print(f"  {r.tokens_per_s:,.0f} tok/s", flush=True)
+        print(f"  {r.name}: {r.tokens_per_s:,.0f} tok/s", flush=True)
     return results, decodings
+
+
+def _runnable(precisions: list[str]) -> list[str]:
+    """Those of `precisions` this machine runs (why not, said for each of the others)."""
+    gpu = torch.cuda.is_available()  # nmt trains and decodes there (device auto)
+    kept = []
+    for precision in precisions:
+        if precision == "fp16" and not gpu:
+            print("nmt fp16: skipped: fp16 is for GPUs, and torch sees none on this machine")
+        elif precision == "bf16" and not gpu and not cpu_has_bf16_matmul():
+            print(
+                "nmt bf16: skipped: this CPU has no bf16 matrix units (AVX512-BF16 or AMX), "
+                "so bf16 products are emulated, 1-2 GFLOP/s against fp32's ~100"
+            )
+        else:
+            kept.append(precision)
+    return kept
+
+
+def _train(precision: str, args: argparse.Namespace, shared: Shared) -> Result:
+    """nmt trained in `precision`, its sentencepiece model checked against the shared one."""
+    name, run_dir = f"nmt-{precision}", args.work / f"nmt-{precision}"
+    print(f"training {name} ...", flush=True)
+    r = nmt_train(f"nmt {precision}", precision, args, run_dir)
+    same = (run_dir / "spm.model").read_bytes() == shared.spm_model.read_bytes()
+    r.note = "same sentencepiece model" if same else "sentencepiece model differs!"
+    if args.updates and r.steps != args.updates:
+        r.note += f"; stopped at step {r.steps}, not the {args.updates} asked for!"
+    return r
 
 
 def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path) -> Result:
     nmt = [sys.executable, "-m", "nmt"]
+    # --updates: that many and no time budget; else the minutes, nmt's own (by the clock), or
+    # its running ones counted here where it takes turns with others (--interleave); there
+    # nmt's clock only backs them up (nmt trains to some budget of its own)
+    own_minutes = args.minutes and not args.turns
+    clock = args.minutes if own_minutes else args.minutes * 100 if args.minutes else "null"
     sets = [
         f"data.dir={args.data}",
         f"run.dir={run_dir}",
         f"train.precision={precision}",
         f"train.seed={args.seed}",
-        # --updates: that many and no time budget; else the minutes
-        f"train.max_minutes={args.minutes or 'null'}",
+        f"train.max_minutes={clock}",
         f"train.max_steps={args.updates}",
         "train.max_epochs=0",
         f"train.log_every={args.log_every}",
@@ -110,16 +133,17 @@ def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path
     config = args.nmt_config
     cmd = [*nmt, "train", str(config), "--overwrite"] + [a for s in sets for a in ("--set", s)]
     log = args.work / f"{name}.train.log"
-    rss = run(cmd, log=log)
+    rss = run(cmd, log=log, minutes=0 if own_minutes else args.minutes, turns=args.turns)
     rows = [json.loads(line) for line in (run_dir / METRICS_NAME).read_text().splitlines()]
-    windows = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r]
+    timed = [r for r in rows if "tokens_per_s" in r]
+    windows = [r["tokens_per_s"] for r in timed]
     steps = max((r["step"] for r in rows if "step" in r), default=0)
     curve = [
         {"minutes": r["minutes"], "step": r["step"], "val_bleu": r["val_bleu"]}
         for r in rows
         if "val_bleu" in r
     ]
-    return Result(
+    result = Result(
         name,
         median_after_first(windows),
         windows,
@@ -129,6 +153,7 @@ def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path
         precision=precision,
         device="cuda" if torch.cuda.is_available() else "cpu",  # where `device: auto` trains
     )
+    return timed_by_turns(result, [r.get("time") for r in timed], args.turns, log)
 
 
 NMT_DECODE = """

@@ -27,6 +27,7 @@ from peers.common import (
     depiece,
     ensure_venv,
     previous_result,
+    run,
     sh,
     train_peer,
 )
@@ -67,8 +68,9 @@ def run_all(
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
         result = _train(args, shared, home, bin_dir, env)
-    budget_end = result.started + args.minutes * 60 if args.minutes else float("inf")
-    checkpoints = _within_budget(home, budget_end)
+    # a run read back from a file older than the field: its budget by the clock
+    budget_end = result.budget_end or (result.started + args.minutes * 60 if args.minutes else 0)
+    checkpoints = _within_budget(home, budget_end or float("inf"))
     if not checkpoints:
         result.note = "no checkpoint written within the budget: nothing decoded"
         return [result], []
@@ -164,7 +166,9 @@ def _train(
 ) -> Result:
     cfg_path = home / "config.yaml"
     cfg_path.write_text(json.dumps(_config(args, shared.pieces, home), indent=1))  # JSON is YAML
-    sh([str(bin_dir / "onmt_build_vocab"), "-config", str(cfg_path), "-n_sample", "-1"])
+    vocab = [str(bin_dir / "onmt_build_vocab"), "-config", str(cfg_path), "-n_sample", "-1"]
+    # under --interleave it too takes turns: run beside a training, it would slow its windows
+    run(vocab, log=home / "build_vocab.log", env=env, turns=args.turns)
     cmd = [str(bin_dir / "onmt_train"), "-config", str(cfg_path)]
     return train_peer(NAME, "opennmt-py", cmd, STEP, env, args)
 
