@@ -29,19 +29,20 @@ with open(sys.argv[1], "a") as f:
 """
 
 
-def test_a_window_counts_only_inside_one_turn():
+def test_a_window_counts_only_inside_one_turn_after_its_first_there():
     ts = [(100.0, 110.0), (120.0, 130.0)]
-    # windows ending at 101 (the first: its start is the process's), 104 and 109 (inside the
-    # first turn), 112 (spans the stop), 125 (begun at 112, in the stop), 128 (inside the
-    # second), None (no time) and 129 (begun at an unknown time)
-    times = [101.0, 104.0, 109.0, 112.0, 125.0, 128.0, None, 129.0]
-    assert inside(times, ts) == [-1, 0, 0, -1, -1, 1, -1, -1]
-    windows = [1.0, 10.0, 20.0, 2.0, 3.0, 40.0, 5.0, 6.0]
+    # windows ending at 101 (the first: its start is the process's), 103 (the first turn's
+    # first inside it: warming up again), 106 and 109 (inside it), 112 (spans the stop), 125
+    # (begun at 112, in the stop), 127 (the second turn's first inside), 128 (inside), None
+    # (no time) and 129 (begun at an unknown time)
+    times = [101.0, 103.0, 106.0, 109.0, 112.0, 125.0, 127.0, 128.0, None, 129.0]
     where = inside(times, ts)
+    assert where == [-1, -1, 0, 0, -1, -1, -1, 1, -1, -1]
+    windows = [1.0, 2.0, 10.0, 20.0, 2.0, 3.0, 4.0, 40.0, 5.0, 6.0]
     assert speed(windows, where) == 20.0  # the median of 10, 20, 40
     assert per_turn(windows, where) == {0: 15.0, 1: 40.0}
     assert speed([1.0], [-1]) == 0.0  # no window inside a turn: no speed
-    assert inside([0.0, 105.0], ts) == [-1, -1]  # 0.0: a window a file holds without a time
+    assert inside([0.0, 105.0, 106.0], ts) == [-1, -1, -1]  # 0.0: a window without a time
 
 
 def test_peer_log_lines_give_their_clock_time():
@@ -159,13 +160,13 @@ def test_a_rows_turns_are_kept_in_its_file():
     row = common.Result(
         "nmt fp32",
         2500.0,
-        [1.0, 2.0],
-        window_times=[10.0, 12.5],
+        [1.0, 2.0, 3.0],
+        window_times=[10.0, 11.0, 12.5],
         turns=[[9.0, 13.0]],
         budget_end=13.0,
     )
     assert common._typed(common.Result, common.dataclasses.asdict(row), "run") == row
-    assert common.turn_rates(row) == {11.0: 2.0}  # the turn's middle
+    assert common.turn_rates(row) == {11.0: 3.0}  # the turn's middle; its first window out
     bad = {**common.dataclasses.asdict(row), "turns": [[9.0, "soon"]]}
     with pytest.raises(ValueError, match="turns"):
         common._typed(common.Result, bad, "run")
