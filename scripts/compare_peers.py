@@ -35,9 +35,9 @@ family and model numbers and flags in the output and JSON.
 `--interleave SECONDS` trains every row at once, taking turns of SECONDS (`peers/turns.py`:
 the others stopped meanwhile), so that all meet the same slow spells of a shared CPU, which
 last minutes: one after the other, each row met its own. Each row's --minutes are then its
-own running ones and its tokens/s the median of the windows that lie inside one of its
-turns; the output adds how each row's tokens/s and its ratio to OpenNMT-py moved over the
-cycles of turns.
+own running ones and its tokens/s that of the windows that lie inside one of its turns
+(their tokens over their seconds); the output adds how each row's tokens/s and its ratio
+to OpenNMT-py moved over the cycles of turns.
 On a GPU, nmt's rows train there and are measured against the GPU's own limit in their
 precision ("cuda fp16"); the peers still train on the CPU, against its fp32 limit.
 Peak memory is the training process's peak resident set (`wait4`). Decoding times are the

@@ -5,7 +5,6 @@ log windows that lie inside one turn."""
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
@@ -39,9 +38,10 @@ def test_a_window_counts_only_inside_one_turn_after_its_first_there():
     where = inside(times, ts)
     assert where == [-1, -1, 0, 0, -1, -1, -1, 1, -1, -1]
     windows = [1.0, 2.0, 10.0, 20.0, 2.0, 3.0, 4.0, 40.0, 5.0, 6.0]
-    assert speed(windows, where) == 20.0  # the median of 10, 20, 40
-    assert per_turn(windows, where) == {0: 15.0, 1: 40.0}
-    assert speed([1.0], [-1]) == 0.0  # no window inside a turn: no speed
+    # their tokens over their seconds: (10 x 3 + 20 x 3 + 40 x 1) / 7
+    assert speed(windows, times, where) == pytest.approx(130 / 7)
+    assert per_turn(windows, times, where) == {0: pytest.approx(15.0), 1: pytest.approx(40.0)}
+    assert speed([1.0], [5.0], [-1]) == 0.0  # no window inside a turn: no speed
     assert inside([0.0, 105.0, 106.0], ts) == [-1, -1, -1]  # 0.0: a window without a time
 
 
@@ -125,8 +125,8 @@ def test_taking_turns_kills_every_training_when_the_block_fails(tmp_path):
 
 def test_nmt_rows_take_turns_and_read_their_speed_inside_them(tmp_path):
     """Two tiny nmt trainings in turns of 1 s (the clock's time on each metrics row): each
-    row keeps its turns and its windows' times, and its tokens/s is the median of the
-    windows that lie inside one turn."""
+    row keeps its turns and its windows' times, and its tokens/s is that of the windows
+    that lie inside one turn, their tokens over their seconds."""
     args = argparse.Namespace(
         data=ROOT / "tests" / "data" / "tiny",
         work=tmp_path,
@@ -148,7 +148,11 @@ def test_nmt_rows_take_turns_and_read_their_speed_inside_them(tmp_path):
         where = inside(row.window_times, row.turns)
         kept = [w for w, k in zip(row.windows, where, strict=True) if k >= 0]
         assert kept and len(kept) < len(row.windows)  # some span a stop
-        assert row.tokens_per_s == statistics.median(kept)
+        took = [
+            row.window_times[i] - row.window_times[i - 1] for i, k in enumerate(where) if k >= 0
+        ]
+        rate = sum(w * t for w, t in zip(kept, took, strict=True)) / sum(took)
+        assert row.tokens_per_s == pytest.approx(rate)
         assert row.budget_end >= row.window_times[-1]  # it ended before any budget did
         for s, e in row.turns:  # never two at once
             assert not any(s < e2 and s2 < e for s2, e2 in other.turns)

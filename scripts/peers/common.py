@@ -195,7 +195,8 @@ def train_peer(
 def turn_rates(result: Result) -> dict[float, float]:
     """`result`'s tokens/s in each of its turns with a window inside (`peers.turns.per_turn`),
     keyed by the time of the turn's middle (none: it took no turns)."""
-    rates = per_turn(result.windows, inside(result.window_times, result.turns))
+    times = result.window_times
+    rates = per_turn(result.windows, times, inside(times, result.turns))
     return {sum(result.turns[k]) / 2: rate for k, rate in rates.items()}
 
 
@@ -206,9 +207,10 @@ def timed_by_turns(
     one of its turns, those turns, and when its budget ran out of running minutes."""
     if turns is None:
         return result
-    result.turns = [list(t) for t in turns.turns_of(log)]
+    ran = turns.turns_of(log)
+    result.turns = [list(t) for t in ran]
     result.window_times = [t or 0.0 for t in times]
-    result.tokens_per_s = speed(result.windows, inside(times, turns.turns_of(log)))
+    result.tokens_per_s = speed(result.windows, times, inside(times, ran))
     result.budget_end = turns.interrupted_at(log) or time.time()  # or it ended first
     return result
 
