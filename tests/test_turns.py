@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from children import run_alone
 from train_setup import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -174,3 +175,33 @@ def test_a_rows_turns_are_kept_in_its_file():
     bad = {**common.dataclasses.asdict(row), "turns": [[9.0, "soon"]]}
     with pytest.raises(ValueError, match="turns"):
         common._typed(common.Result, bad, "run")
+
+
+# SIGTERM given by the kernel to a job's thread (the only one not blocking it), while the
+# main thread waits in `together` for a job that would take a minute.
+TERMINATED_WHILE_WAITING = """
+import os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from peers.turns import together
+signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the job's thread inherits it
+
+def job():
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+
+together([job])
+"""
+
+
+def test_a_signal_another_thread_takes_still_ends_the_wait_for_the_trainings():
+    """compare_peers.py --interleave, sent SIGTERM while its trainings ran, once went on: the
+    kernel gave the signal to another thread, and the main thread, waiting for the jobs'
+    threads without end, never ran its handler (so the trainings were never killed)."""
+    start = time.monotonic()
+    done = run_alone(
+        [TERMINATED_WHILE_WAITING, str(ROOT / "scripts")], hung="the signal was never handled"
+    )
+    assert done.returncode == 1 and done.stderr.strip().endswith("terminated"), done.stderr
+    assert time.monotonic() - start < 30

@@ -167,7 +167,10 @@ def together(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        # in short waits: a signal the kernel gives another thread (SIGTERM, Ctrl-C) has its
+        # Python handler run by this one only between two waits, never inside an endless one
+        while t.is_alive():
+            t.join(0.2)
     if errors:
         raise errors[0]
     return results
