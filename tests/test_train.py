@@ -4,6 +4,7 @@ clobber a run, and a checkpoint that translates."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 from train_setup import (
@@ -33,6 +34,20 @@ def test_fp32_run_writes_metrics_checkpoints_and_latest(tmp_path):
     state = load_checkpoint(cfg.run_dir / "last.pt")
     assert state["position"]["step"] == 6
     assert config_from_dict(state["config"]) == cfg
+
+
+def test_each_metrics_row_carries_the_clocks_time_and_the_log_lines_do_not(tmp_path):
+    """`time` (seconds since the epoch) lines a row up with what happened outside the run
+    (compare_peers.py --interleave stops and resumes it); the progress lines, which say the
+    step already, leave it out, as TensorBoard does (it keeps its own wall time)."""
+    cfg = tiny(tmp_path, "train.precision=fp32")
+    lines: list[str] = []
+    before = time.time()
+    fit(cfg, log=lines.append)
+    times = [r["time"] for r in metrics(cfg)]
+    assert before <= times[0] and times == sorted(times) and times[-1] <= time.time()
+    steps = [line for line in lines if " step " in line and "loss=" in line]
+    assert steps and not any("time=" in line for line in steps)
 
 
 def test_a_run_on_the_side_leaves_runs_latest_on_the_last_one(tmp_path):
