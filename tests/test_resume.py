@@ -142,11 +142,8 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_over(tmp_path
     lines: list[str] = []
     assert fit(cfg, resume=True, log=lines.append).step == 4
     assert any("no checkpoint yet" in x and "starting over" in x for x in lines)
-    timed = (
-        "tokens_per_s",
-        "minutes",
-        "time",
-    )  # wall-clock figures: the only fields that may differ
+    # wall-clock figures: the only fields that may differ
+    timed = ("tokens_per_s", "minutes", "time")
     again = metrics(cfg)
     assert [{**r, **{k: again[i][k] for k in timed}} for i, r in enumerate(whole)] == again
 

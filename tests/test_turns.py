@@ -98,17 +98,27 @@ def test_trainings_take_turns_and_their_budgets_are_their_running_seconds(tmp_pa
     assert took >= 2.4
 
 
-def test_a_failed_training_in_turns_ends_with_its_message_and_leaves_the_rotation(tmp_path):
-    rotation = Turns(0.2)
-    jobs = [
-        lambda: common.run(
-            [sys.executable, "-c", "raise SystemExit(3)"], log=tmp_path / "x", turns=rotation
-        ),
-        lambda: _ticking(tmp_path, "ok", rotation, 0.01),
-    ]
-    with pytest.raises(SystemExit, match=r"failed \(3\)"):
-        together(jobs)
-    assert (tmp_path / "ok.times").read_text()  # the other ran its budget out alone
+def test_a_failed_training_in_turns_fails_the_run_at_once_and_the_others_are_killed(tmp_path):
+    """One of two trainings taking turns fails: its message is raised as soon as it ends,
+    not after the other's minute, and the other's process is killed with the rotation."""
+    start = time.monotonic()
+    with pytest.raises(SystemExit, match=r"failed \(3\)"), turns.taking_turns(0.2) as rotation:
+        together(
+            [
+                lambda: _ticking(tmp_path, "ok", rotation, 1.0),
+                lambda: common.run(
+                    [sys.executable, "-c", "import time; time.sleep(0.5); raise SystemExit(3)"],
+                    log=tmp_path / "x",
+                    turns=rotation,
+                ),
+            ]
+        )
+    assert time.monotonic() - start < 30
+    ticks = tmp_path / "ok.times"
+    time.sleep(1.0)
+    written = ticks.read_text()
+    time.sleep(0.5)
+    assert ticks.read_text() == written  # killed: it writes no more
 
 
 def test_taking_turns_kills_every_training_when_the_block_fails(tmp_path):

@@ -152,8 +152,10 @@ def taking_turns(seconds: float) -> Iterator[Turns]:
 
 
 def together(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Each job run in its own thread, all at once; their results in order. The first
-    job's error is raised once all have ended (trainings killed by the caller end theirs)."""
+    """Each job run in its own thread, all at once; their results in order. A job's error
+    is raised as soon as it comes, the others' threads left to end with their trainings,
+    which the caller kills (`taking_turns`): a failed row fails the run, and the others
+    would only train on for nothing."""
     results: list[Any] = [None] * len(jobs)
     errors: list[BaseException] = []
 
@@ -169,10 +171,10 @@ def together(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
     for t in threads:
         # in short waits: a signal the kernel gives another thread (SIGTERM, Ctrl-C) has its
         # Python handler run by this one only between two waits, never inside an endless one
-        while t.is_alive():
+        while t.is_alive() and not errors:
             t.join(0.2)
-    if errors:
-        raise errors[0]
+        if errors:
+            raise errors[0]
     return results
 
 
