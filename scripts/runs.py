@@ -28,7 +28,6 @@ its `_redecoded` file names the Zen 4). Reads files only.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -47,6 +46,7 @@ from peers.common import (  # noqa: E402
     previous_run,
     share_of_limit,
 )
+from peers.spread import correlation, variation  # noqa: E402
 
 OURS = "nmt"  # the rows whose figures are gathered (their model's name starts so)
 DECODING_UPDATES = 1_000  # the fewest updates a run's decodings count from (the issue's)
@@ -212,17 +212,9 @@ def range_lines(by_cpu: dict[str, dict[str, Figures]], counts: Counter[str]) -> 
     return lines
 
 
-def relative(values: list[float]) -> list[float]:
-    """The values over the largest (all positive): neither a spread nor r changes, and no
-    square of a figure a damaged file made huge overflows to inf."""
-    top = max(values)
-    return [v / top for v in values]
-
-
 def spread(values: list[float]) -> str:
     """The coefficient of variation, standard deviation over mean: '6.2 %'."""
-    v = relative(values)
-    return f"{100 * statistics.stdev(v) / statistics.mean(v):.1f} %"
+    return f"{100 * variation(values):.1f} %"
 
 
 def spread_lines(by_cpu: dict[str, dict[str, Figures]]) -> list[str]:
@@ -246,11 +238,10 @@ def spread_lines(by_cpu: dict[str, dict[str, Figures]]) -> list[str]:
             ratio = [m / t for m, t in f.trainings]
             shares = list(f.trainings.values())
             limit = [m / s for m, s in zip(mine, shares, strict=True)]  # tokens/s
-            steady = len(set(mine)) == 1 or len(set(theirs)) == 1  # r is undefined
-            r = "-" if steady else f"{statistics.correlation(relative(mine), relative(theirs)):.2f}"
+            r = correlation(mine, theirs)
             cells = [cpu, model, str(len(f.trainings))]
             cells += [spread(v) for v in (theirs, mine, ratio, shares, limit)]
-            cells.append(r)
+            cells.append("-" if r is None else f"{r:.2f}")
             lines.append("| " + " | ".join(cells) + " |")
     return lines if len(lines) > 2 else ["spread: no CPU has three trainings of an nmt row"]
 

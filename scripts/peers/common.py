@@ -53,7 +53,9 @@ class Result:
     # --interleave (peers.turns): when each window ended and its turns ran, by time.time()
     window_times: list[float] = field(default_factory=list)
     turns: list[list[float]] = field(default_factory=list)
-    budget_end: float = 0.0  # time.time() when its --minutes ran out (0: no budget, an old run)
+    # time.time() when its running --minutes ran out taking turns (0: it did not take turns,
+    # and its budget is --minutes after `started`)
+    budget_end: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -187,8 +189,6 @@ def train_peer(
     windows = [tok for _, tok, _ in found]
     steps = found[-1][0] if found else 0
     result = Result(name, median_after_first(windows), windows, rss / 2**30, steps, started=started)
-    if args.minutes:
-        result.budget_end = started + args.minutes * 60
     return timed_by_turns(result, [t for _, _, t in found], args.turns, log)
 
 

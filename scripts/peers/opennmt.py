@@ -68,7 +68,7 @@ def run_all(
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
         result = _train(args, shared, home, bin_dir, env)
-    # a run read back from a file older than the field: its budget by the clock
+    # taking turns, when its running minutes ran out; else --minutes by the clock
     budget_end = result.budget_end or (result.started + args.minutes * 60 if args.minutes else 0)
     checkpoints = _within_budget(home, budget_end or float("inf"))
     if not checkpoints:

@@ -24,13 +24,14 @@ import datetime
 import os
 import re
 import signal
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from peers.spread import correlation, variation
 
 # A peer's log line begins with the clock's time: OpenNMT-py "[2026-11-27 14:59:47,473 INFO]",
 # Joey NMT "2026-11-28 10:25:19,004 - INFO - ..." (the local time, as this process reads it)
@@ -116,8 +117,7 @@ class Turns:
         """Every training still in the rotation killed (this script is ending early)."""
         with self._lock:
             for log in self._order:
-                _signal(self._all[log].pid, signal.SIGKILL)
-                _signal(self._all[log].pid, signal.SIGCONT)
+                _signal(self._all[log].pid, signal.SIGKILL)  # stopped or not
 
     def _begin(self, log: Path) -> None:
         self._current = log
@@ -246,13 +246,9 @@ def same_spells(name: str, base: dict[float, float], row: dict[float, float]) ->
         return f"{name}: {len(pairs)} turn(s) paired with the baseline's; 3 are needed"
     a, b = [x for x, _ in pairs.values()], [y for _, y in pairs.values()]
     ratios = [y / x for x, y in pairs.values()]
-    r = statistics.correlation(a, b) if len(set(a)) > 1 and len(set(b)) > 1 else None
+    r = correlation(a, b)
     return (
-        f"{name} over {len(pairs)} cycles of turns: tokens/s spread {_spread(b):.1%} "
-        f"(the baseline's {_spread(a):.1%}), their ratio's {_spread(ratios):.1%}, r "
+        f"{name} over {len(pairs)} cycles of turns: tokens/s spread {variation(b):.1%} "
+        f"(the baseline's {variation(a):.1%}), their ratio's {variation(ratios):.1%}, r "
         + ("-" if r is None else f"{r:.2f}")
     )
-
-
-def _spread(values: Sequence[float]) -> float:
-    return statistics.stdev(values) / statistics.mean(values)
