@@ -117,11 +117,15 @@ def table(results: list[Result], base: Result | None, limits: dict[str, Limit]) 
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        cells = [
-            r.name,
-            f"{r.tokens_per_s:,.0f}" + ratio(r.tokens_per_s, base and base.tokens_per_s),
-        ]
-        share = share_of_limit(r, limits)
+        if not r.tokens_per_s:  # no window to read a speed from: said why by `missing`
+            cells = [r.name, "-"]
+            share = None
+        else:
+            cells = [
+                r.name,
+                f"{r.tokens_per_s:,.0f}" + ratio(r.tokens_per_s, base and base.tokens_per_s),
+            ]
+            share = share_of_limit(r, limits)
         # one decimal: 49.5 % of a limit is not the target's 50 % (session 41's run read "50%")
         cells.append("-" if share is None else f"{share:.1%} of {limit_key(r.precision, r.device)}")
         cells += [f"{r.peak_rss_gb:.2f}", str(r.steps)]
@@ -173,9 +177,13 @@ def previous_limits(out: Path, flag: str, here: Cpu) -> dict[str, Limit]:
 
 
 def missing(results: list[Result], limits: dict[str, Limit]) -> list[str]:
-    """Why a row's cells are empty (its decodings, its share of a limit): never silently."""
+    """Why a row's cells are empty (its speed, its share of a limit, its decodings): never
+    silently."""
     lines = []
     for r in results:
+        if not r.tokens_per_s:
+            where = " inside one of its turns, after the turn's first," if r.turns else ""
+            lines.append(f"{r.name}: no tokens/s (no log window{where} to read them from)")
         key = limit_key(r.precision, r.device)
         if key not in limits:
             lines.append(f"{r.name}: no % of limit (no {key} limit was measured in this run)")

@@ -15,6 +15,7 @@ from children import run_alone
 from train_setup import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
+import compare_peers  # noqa: E402
 from peers import common, nmt_toolkit, turns  # noqa: E402
 from peers.turns import Turns, inside, per_turn, same_spells, speed, stamp, together  # noqa: E402
 
@@ -215,3 +216,19 @@ def test_a_signal_another_thread_takes_still_ends_the_wait_for_the_trainings():
     )
     assert done.returncode == 1 and done.stderr.strip().endswith("terminated"), done.stderr
     assert time.monotonic() - start < 30
+
+
+def test_a_row_without_a_window_to_read_its_speed_from_is_said_why():
+    """A run too short for a log window inside one of a row's turns (or, one after another,
+    for any window) printed "0" tokens/s and "0.0%" of the limit without a word."""
+    interleaved = common.Result("nmt fp32", 0.0, [2785.0], turns=[[1.0, 16.0]])
+    alone = common.Result("OpenNMT-py 3.5.1", 0.0)
+    limits = {"fp32": common.Limit("fp32", 4_000.0, 190.0, 47.0, 240, "oneDNN 100%")}
+    rows = compare_peers.table([alone, interleaved], None, limits).splitlines()[2:]
+    assert all(row.split(" | ")[1:3] == ["-", "-"] for row in rows)
+    said = compare_peers.missing([alone, interleaved], limits)
+    assert said[0] == "OpenNMT-py 3.5.1: no tokens/s (no log window to read them from)"
+    assert said[3] == (
+        "nmt fp32: no tokens/s (no log window inside one of its turns, after the turn's first, "
+        "to read them from)"
+    )
