@@ -20,7 +20,9 @@ condition), how many times. Runs are grouped by the CPU they recorded: its famil
 where they did, as a Zen 4 and a Zen 5 both call themselves "AMD EPYC". A run from before
 session 41 recorded neither and is grouped by its flags, which tell an EPYC with AVX2 only from
 a Zen 5 but not a Zen 5 from a Zen 4 (session 41's first seed-5 file falls with the Zen 5's;
-its `_redecoded` file names the Zen 4). Reads files only.
+its `_redecoded` file names the Zen 4); the Zen 5's runs of sessions 16-22 are grouped by the
+family their sessions' notes read off `lscpu` (`NOTED_FAMILY`), with a later run's model of it
+where the runs read name one. Reads files only.
 
 `--spread` adds how much each yardstick moves from run to run on one CPU (`spread_lines`).
 """
@@ -66,14 +68,59 @@ class Figures:
     trainings: dict[tuple[float, float], float] = field(default_factory=dict)
 
 
-def cpu_of(run: PreviousRun) -> str:
-    """The group a run goes in: its CPU's name, and its family and model where it recorded
-    them, its flags where it did not (before session 41: they tell a Zen 5 from an EPYC with
-    AVX2 only, both "AMD EPYC")."""
+# The runs from before session 41 (which recorded no family and model) that ran on the Zen 5:
+# their sessions' notes read its family off `lscpu` ("CPU family 26 (Zen 5)",
+# docs/benchmarks.md, sessions 16-22), but not its model.
+NOTED_FAMILY = dict.fromkeys(
+    [
+        "compare_peers_1000_updates_bf16.json",
+        "compare_peers_1000_updates_int8.json",
+        *(f"compare_peers_1000_updates_int8_s{n}.json" for n in (17, 18, 19, 21, 22)),
+        "compare_peers_1000_updates_int8_s19_seed2.json",
+        "compare_peers_1000_updates_int8_s20_seed3.json",
+        "compare_peers_1000_updates_int8_s20_seed4.json",
+        "compare_peers_1000_updates_int8_s21_redecoded.json",
+        "compare_peers_1000_updates_int8_s21_target_rows.json",
+        "compare_peers_1000_updates_int8_s22_redecoded.json",
+    ],
+    "family 26",
+)
+
+
+def noted_family(path: Path, run: PreviousRun) -> str | None:
+    """The family a run's session noted, for a run that recorded no family and model."""
+    return None if run.cpu is None or run.cpu.id else NOTED_FAMILY.get(path.name)
+
+
+def cpu_of(path: Path, run: PreviousRun) -> str:
+    """The CPU a run recorded: its name, and its family and model where it recorded them, the
+    family its session noted where it did not, else its flags (before session 41: they tell a
+    Zen 5 from an EPYC with AVX2 only, both "AMD EPYC", but not a Zen 5 from a Zen 4)."""
     cpu = run.cpu
     if cpu is None:
         return "a CPU the run did not name"
+    if family := noted_family(path, run):
+        return f"{cpu.name} ({family}, model not recorded)"
     return f"{cpu.name} ({cpu.id or 'flags ' + (' '.join(cpu.flags) or 'unknown')})"
+
+
+def groups(runs: list[tuple[Path, PreviousRun]]) -> dict[Path, str]:
+    """The group each run goes in: its CPU (`cpu_of`), except that a run known by its noted
+    family alone joins the runs of that family's one model among those read, where they
+    recorded exactly one (the Zen 5 of sessions 16-22 beside a later session's)."""
+    group = {path: cpu_of(path, run) for path, run in runs}
+    models: dict[tuple[str, str], set[str]] = {}
+    for path, run in runs:
+        if run.cpu is not None and run.cpu.id:
+            family = run.cpu.id.split(",")[0]
+            models.setdefault((run.cpu.name, family), set()).add(group[path])
+    for path, run in runs:
+        family = noted_family(path, run)
+        if run.cpu is not None and family is not None:
+            recorded = models.get((run.cpu.name, family), set())
+            if len(recorded) == 1:
+                group[path] = next(iter(recorded))
+    return group
 
 
 def what(run: PreviousRun) -> str:
@@ -124,12 +171,14 @@ def decoding(run: PreviousRun, row: Result, label: str) -> tuple[float, float] |
     return theirs["seconds"] / mine["seconds"], mine["bleu"] - theirs["bleu"]
 
 
-def gather(runs: list[tuple[Path, PreviousRun]]) -> dict[str, dict[str, Figures]]:
-    """CPU -> nmt model -> its figures over that CPU's runs, in the order first met."""
+def gather(
+    runs: list[tuple[Path, PreviousRun]], group: dict[Path, str]
+) -> dict[str, dict[str, Figures]]:
+    """CPU group -> nmt model -> its figures over that group's runs, in the order first met."""
     by_cpu: dict[str, dict[str, Figures]] = {}
-    for _, run in runs:
+    for path, run in runs:
         for row in ours(run):
-            f = by_cpu.setdefault(cpu_of(run), {}).setdefault(model_of(row.name), Figures())
+            f = by_cpu.setdefault(group[path], {}).setdefault(model_of(row.name), Figures())
             pair, its_share = tokens(run, row), share(run, row)
             for values, value in ((f.speedup, speedup(run, row)), (f.share, its_share)):
                 if value is not None:
@@ -166,7 +215,7 @@ def run_lines(runs: list[tuple[Path, PreviousRun]]) -> list[str]:
         base = reference(run)
         cells = [
             path.name,
-            cpu_of(run),
+            cpu_of(path, run),
             what(run),
             f"{base.tokens_per_s:,.0f}" if base else "-",
             "; ".join(row_figures(run, row) for row in ours(run)),
@@ -265,14 +314,15 @@ def main(argv: list[str] | None = None) -> None:
         if same is not path:
             raise SystemExit(f"runs.py: {path} is named twice ({same}); expected each run once")
         runs.append((path, previous_run(path, "runs.py")))
-    counts = Counter(cpu_of(run) for _, run in runs)
-    by_cpu = gather(runs)
+    group = groups(runs)
+    counts = Counter(group.values())
+    by_cpu = gather(runs, group)
     if not by_cpu:
         raise SystemExit(f"runs.py: no run has a row whose name starts with {OURS!r}")
     print("\n".join(run_lines(runs)))
     print()
     print("\n".join(range_lines(by_cpu, counts)))
-    named = {cpu_of(run): run.cpu.flags for _, run in runs if run.cpu and run.cpu.id}
+    named = {group[path]: run.cpu.flags for path, run in runs if run.cpu and run.cpu.id}
     for cpu, flags in named.items():  # a group without family and model is named by its flags
         print(f"{cpu}: flags {' '.join(flags) or 'unknown'}")
     if args.spread:

@@ -110,7 +110,7 @@ def _readme_columns() -> dict[str, tuple[list[str], str]]:
     "header, runs_at_least",
     [
         ("AMD EPYC Zen 4 (AVX512-BF16)", 20),
-        ("AMD EPYC Zen 5 (AVX512-BF16)", 8),
+        ("AMD EPYC Zen 5 (AVX512-BF16)", 10),
         ("Xeon with AMX", 21),
     ],
     ids=["zen4", "zen5", "xeon"],
@@ -184,6 +184,36 @@ def test_runs_from_before_family_and_model_are_grouped_by_their_flags(tmp_path, 
         "| AMD EPYC (flags avx2 fma avx512f avx512_bf16) (1) | nmt fp32 | 2.00× | 50.0 % | - | - |",
     ]
     assert not out[-1].startswith("AMD EPYC")  # no flags line: the groups are named by them
+
+
+def test_the_zen_5s_early_runs_join_a_later_run_of_their_noted_family(tmp_path, capsys):
+    """Sessions 16-22's Zen 5 runs recorded no family and model: they join the runs of family
+    26's one model among those read, and stand alone, named by the family, without one. Each
+    run's line says what it recorded; the Zen 4 and a run not in the table are left as they
+    were."""
+    old = {"cpu": "AMD EPYC", "cpu_flags": ["avx2", "fma", "avx512f", "avx512_bf16"]}
+    early = _run(
+        tmp_path,
+        "compare_peers_1000_updates_int8_s19.json",
+        [_row(ONMT, 1000), _row("nmt fp32", 2000)],
+        cpu=old,
+    )
+    late = _run(tmp_path, "late.json", [_row(ONMT, 1000), _row("nmt fp32", 3000)], cpu=ZEN5)
+    zen4 = _run(tmp_path, "zen4.json", [_row(ONMT, 1000), _row("nmt fp32", 1500)])
+    unlisted = _run(tmp_path, "s41.json", [_row(ONMT, 1000), _row("nmt fp32", 1000)], cpu=old)
+    zen5 = "AMD EPYC (family 26, model 2)"
+    runs.main([early, late, zen4, unlisted])
+    out = capsys.readouterr().out.splitlines()
+    said = "| compare_peers_1000_updates_int8_s19.json | AMD EPYC (family 26, model not recorded) |"
+    assert any(line.startswith(said) for line in out)
+    assert [line for line in out if line.startswith("| AMD EPYC (")] == [
+        f"| {zen5} (2) | nmt fp32 | 2.00-3.00× | 50.0-75.0 % | - | - |",
+        "| AMD EPYC (family 25, model 17) (1) | nmt fp32 | 1.50× | 37.5 % | - | - |",
+        "| AMD EPYC (flags avx2 fma avx512f avx512_bf16) (1) | nmt fp32 | 1.00× | 25.0 % | - | - |",
+    ]
+    runs.main([early])
+    out = capsys.readouterr().out
+    assert "| AMD EPYC (family 26, model not recorded) (1) | nmt fp32 | 2.00× |" in out
 
 
 def test_spread_counts_each_training_once_and_says_how_the_toolkits_move_together(tmp_path, capsys):
