@@ -232,3 +232,23 @@ def test_a_row_without_a_window_to_read_its_speed_from_is_said_why():
         "nmt fp32: no tokens/s (no log window inside one of its turns, after the turn's first, "
         "to read them from)"
     )
+
+
+@pytest.mark.parametrize("interleave", [0, 20], ids=["one after another", "taking turns"])
+def test_the_limit_takes_as_many_passes_taking_turns_as_one_after_another(interleave, monkeypatch):
+    """A pass after each toolkit that trained rows, in both modes: on the Zen 5 the bf16
+    limit fell near 750 or near 880 GFLOP/s from pass to pass, and one pass after all the
+    rows read it low (session 50). A toolkit with no row asked for takes no pass of its own."""
+    row = common.Result("a row", 1000.0)
+    adapters = [
+        argparse.Namespace(run_all=lambda *_: ([row], [])),
+        argparse.Namespace(run_all=lambda *_: ([], [])),
+        argparse.Namespace(run_all=lambda *_: ([row, row], [])),
+    ]
+    passes: list[object] = []
+    monkeypatch.setattr(compare_peers, "ADAPTERS", adapters)
+    monkeypatch.setattr(compare_peers, "limit_pass", lambda args, *_: passes.append(args.turns))
+    args = argparse.Namespace(interleave=interleave, again=None, turns=None)
+    found = compare_peers._train_rows(args, None, set(), {})
+    assert [len(rows) for rows, _ in found] == [1, 0, 2]
+    assert passes == [None, None]  # two, each with no training in turns
