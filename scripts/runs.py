@@ -69,8 +69,8 @@ class Figures:
 
 
 # The runs from before session 41 (which recorded no family and model) that ran on the Zen 5:
-# their sessions' notes read its family off `lscpu` ("CPU family 26 (Zen 5)",
-# docs/benchmarks.md, sessions 16-22), but not its model.
+# sessions 18-22's notes read its family off `lscpu` ("CPU family 26 (Zen 5)", and "the same
+# machine kind as sessions 16-18"; docs/benchmarks.md), but not its model.
 NOTED_FAMILY = dict.fromkeys(
     [
         "compare_peers_1000_updates_bf16.json",
