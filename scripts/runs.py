@@ -111,9 +111,8 @@ def groups(runs: list[tuple[Path, PreviousRun]]) -> dict[Path, str]:
     group = {path: cpu_of(path, run) for path, run in runs}
     models: dict[tuple[str, str], set[str]] = {}
     for path, run in runs:
-        if run.cpu is not None and run.cpu.id:
-            family = run.cpu.id.split(",")[0]
-            models.setdefault((run.cpu.name, family), set()).add(group[path])
+        if run.cpu is not None and run.cpu.family:
+            models.setdefault((run.cpu.name, run.cpu.family), set()).add(group[path])
     for path, run in runs:
         family = noted_family(path, run)
         if run.cpu is not None and family is not None:

@@ -81,6 +81,11 @@ class Cpu:
         said = f"{self.name} ({self.id})" if self.id else self.name
         return f"{said}; flags: {' '.join(self.flags) or 'unknown'}"
 
+    @property
+    def family(self) -> str | None:
+        """The "family 25" of `id` (`this_cpu` writes "family F, model M"); None without one."""
+        return self.id.split(",")[0] if self.id else None
+
     def differs(self, here: Cpu) -> bool:
         """Whether this run's CPU is another than `here`, as far as the run recorded it."""
         if self.id is None:  # what an older run named: its name and the first seven flags
