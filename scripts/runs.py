@@ -22,7 +22,8 @@ session 41 recorded neither and is grouped by its flags, which tell an EPYC with
 a Zen 5 but not a Zen 5 from a Zen 4 (session 41's first seed-5 file falls with the Zen 5's;
 its `_redecoded` file names the Zen 4); the Zen 5's runs of sessions 16-22 are grouped by the
 family their sessions' notes read off `lscpu` (`NOTED_FAMILY`), with a later run's model of it
-where the runs read name one. Reads files only.
+where the runs read name one. A run given twice (one file by two names, or a copy of it) is
+refused: it would weigh twice in every range. Reads files only.
 
 `--spread` adds how much each yardstick moves from run to run on one CPU (`spread_lines`).
 """
@@ -30,6 +31,7 @@ where the runs read name one. Reads files only.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -294,6 +296,27 @@ def spread_lines(by_cpu: dict[str, dict[str, Figures]]) -> list[str]:
     return lines if len(lines) > 2 else ["spread: no CPU has three trainings of an nmt row"]
 
 
+def read_once(paths: list[Path]) -> list[tuple[Path, PreviousRun]]:
+    """Each file's run, refusing a run given twice: one file under two names, or a copy of it
+    (the same bytes: nothing in a run's file names the run, and a run counted twice would
+    weigh twice in every range and spread)."""
+    seen: dict[Path | bytes, Path] = {}
+    runs = []
+    for path in paths:
+        same = seen.setdefault(path.resolve(), path)
+        if same is not path:
+            raise SystemExit(f"runs.py: {path} is named twice ({same}); expected each run once")
+        run = previous_run(path, "runs.py")  # a missing file or a non-run: its own one line
+        same = seen.setdefault(hashlib.sha256(path.read_bytes()).digest(), path)
+        if same is not path:
+            raise SystemExit(
+                f"runs.py: {path} holds the same run as {same} (the same bytes); "
+                "expected each run once"
+            )
+        runs.append((path, run))
+    return runs
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -306,13 +329,7 @@ def main(argv: list[str] | None = None) -> None:
         "(standard deviation over mean), and how far the toolkits' tokens/s move together",
     )
     args = ap.parse_args(argv)
-    seen: dict[Path, Path] = {}
-    runs = []
-    for path in args.runs:
-        same = seen.setdefault(path.resolve(), path)
-        if same is not path:
-            raise SystemExit(f"runs.py: {path} is named twice ({same}); expected each run once")
-        runs.append((path, previous_run(path, "runs.py")))
+    runs = read_once(args.runs)
     group = groups(runs)
     counts = Counter(group.values())
     by_cpu = gather(runs, group)

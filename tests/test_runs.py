@@ -151,6 +151,17 @@ def test_bad_input_is_one_line_without_a_traceback(args, says):
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
 
 
+def test_a_run_copied_under_another_name_is_refused_not_counted_twice(tmp_path):
+    rows = [_row(ONMT, 1000), _row("nmt fp32", 2000)]
+    a = _run(tmp_path, "a.json", rows)
+    copy = tmp_path / "copy.json"
+    copy.write_bytes((tmp_path / "a.json").read_bytes())
+    with pytest.raises(SystemExit, match=r"copy.json holds the same run as .*a.json"):
+        runs.main([a, str(copy)])
+    other = _run(tmp_path, "b.json", [_row(ONMT, 1000), _row("nmt fp32", 2001)])
+    runs.main([a, other])  # another run with other figures is read
+
+
 def test_runs_without_an_nmt_row_are_one_line(tmp_path):
     with pytest.raises(SystemExit, match="^runs.py: no run has a row whose name starts with 'nmt'"):
         runs.main([_run(tmp_path, "a.json", [_row(ONMT, 1000)])])
@@ -226,7 +237,11 @@ def test_spread_counts_each_training_once_and_says_how_the_toolkits_move_togethe
         "c.json",
         [_row(ONMT, 900), _row("nmt fp32", 1800), _row("nmt bf16", 3000, "bf16")],
     )
-    again = _run(tmp_path, "again.json", [_row(ONMT, 1000), _row("nmt fp32", 2000)])
+    again = _run(  # a's models decoded again: its training figures, decodings of its own
+        tmp_path,
+        "again.json",
+        [_row(ONMT, 1000, decode=(10, 40, 20, 41)), _row("nmt fp32", 2000, decode=(2, 40, 5, 41))],
+    )
     runs.main(["--spread", a, b, c, again])
     out = capsys.readouterr().out.splitlines()
     head = out.index("") + 1 + out[out.index("") + 1 :].index("") + 1  # the third table
