@@ -31,7 +31,7 @@ refused: it would weigh twice in every range. Reads files only.
 from __future__ import annotations
 
 import argparse
-import hashlib
+import json
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -298,19 +298,20 @@ def spread_lines(by_cpu: dict[str, dict[str, Figures]]) -> list[str]:
 
 def read_once(paths: list[Path]) -> list[tuple[Path, PreviousRun]]:
     """Each file's run, refusing a run given twice: one file under two names, or a copy of it
-    (the same bytes: nothing in a run's file names the run, and a run counted twice would
-    weigh twice in every range and spread)."""
-    seen: dict[Path | bytes, Path] = {}
+    (the same JSON, however it is laid out: nothing in a run's file names the run, and a run
+    counted twice would weigh twice in every range and spread)."""
+    seen: dict[Path | str, Path] = {}
     runs = []
     for path in paths:
         same = seen.setdefault(path.resolve(), path)
         if same is not path:
             raise SystemExit(f"runs.py: {path} is named twice ({same}); expected each run once")
         run = previous_run(path, "runs.py")  # a missing file or a non-run: its own one line
-        same = seen.setdefault(hashlib.sha256(path.read_bytes()).digest(), path)
+        content = json.dumps(json.loads(path.read_bytes()), sort_keys=True)  # parsed above
+        same = seen.setdefault(content, path)
         if same is not path:
             raise SystemExit(
-                f"runs.py: {path} holds the same run as {same} (the same bytes); "
+                f"runs.py: {path} holds the same run as {same} (the same JSON); "
                 "expected each run once"
             )
         runs.append((path, run))

@@ -158,6 +158,10 @@ def test_a_run_copied_under_another_name_is_refused_not_counted_twice(tmp_path):
     copy.write_bytes((tmp_path / "a.json").read_bytes())
     with pytest.raises(SystemExit, match=r"copy.json holds the same run as .*a.json"):
         runs.main([a, str(copy)])
+    laid_out = tmp_path / "laid_out.json"  # the same run written with other whitespace
+    laid_out.write_text(json.dumps(json.loads(copy.read_text()), indent=3))
+    with pytest.raises(SystemExit, match=r"laid_out.json holds the same run as .*a.json"):
+        runs.main([a, str(laid_out)])
     other = _run(tmp_path, "b.json", [_row(ONMT, 1000), _row("nmt fp32", 2001)])
     runs.main([a, other])  # another run with other figures is read
 
