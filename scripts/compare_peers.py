@@ -46,7 +46,8 @@ fresh process as a user runs it, after every row has trained; `--decode-repeats 
 command N times, the rows in turns (every command's first run, then every one's second: the
 machine's drift falls on all rows alike), and reports the medians (one cold run moves by
 ±20 % here), and `--redecode` decodes the previous run's models again without training (its
-training figures and limits kept from --out). --out is written once all rows have trained,
+training figures and limits kept from --out, and what it trained with: minutes, updates, seed,
+turns). --out is written once all rows have trained,
 their decoding cells empty, and again once they have decoded: a run stopped while decoding
 (a time limit) keeps its training figures, and `--redecode` fills the cells.
 `--int8`, `--decode-precision P` and `--decode-workers N` decode nmt's rows as `nmt
@@ -86,17 +87,15 @@ from peers.common import (  # noqa: E402
     Decoding,
     Result,
     Shared,
-    check_redecoded,
     decode_in_turns,
     encode_pieces,
-    kept_rows,
-    previous_run,
     sh,
     share_of_limit,
     turn_rates,
 )
 from peers.limit import Cpu, Limit, Timings, limit_key, this_cpu, timed_pass  # noqa: E402
 from peers.options import check_decoding, check_files, decoding_arguments, nmt_config  # noqa: E402
+from peers.previous import check_redecoded, kept_rows, previous_run  # noqa: E402
 from peers.report import Report, plot  # noqa: E402
 from peers.turns import same_spells, taking_turns, together  # noqa: E402
 
@@ -341,7 +340,8 @@ def main() -> None:
         check_redecoded(results, decodings, args)
     # --redecode keeps its run's limits; else those of the passes before and between the rows
     limits = args.previous if args.again else {key: t.limit() for key, t in timings.items()}
-    report = Report(args, threads, cpu, gpu, limits)
+    trained = previous_run(args.out, args.again) if args.again else None
+    report = Report(args, threads, cpu, gpu, limits, trained)
     if decodings:
         # the training figures kept if the decodings are cut short; not twice into a stream
         # (--out /dev/stdout), nor over the run that --redecode reads

@@ -25,7 +25,8 @@ family their sessions' notes read off `lscpu` (`NOTED_FAMILY`), with a later run
 where the runs read name one. A run given twice (one file by two names, or a copy of it) is
 refused: it would weigh twice in every range. Reads files only.
 
-`--spread` adds how much each yardstick moves from run to run on one CPU (`spread_lines`).
+`--spread` adds how much each yardstick moves from run to run on one CPU (`spread_lines`), the
+runs whose rows took turns (`compare_peers.py --interleave`) apart from the others.
 """
 
 from __future__ import annotations
@@ -43,18 +44,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/
 from peers.common import (  # noqa: E402
     DECODINGS,
     REFERENCE,
-    PreviousRun,
     Result,
     finite,
     model_of,
-    previous_run,
     share_of_limit,
 )
+from peers.previous import PreviousRun, previous_run  # noqa: E402
 from peers.spread import correlation, variation  # noqa: E402
 
 OURS = "nmt"  # the rows whose figures are gathered (their model's name starts so)
 DECODING_UPDATES = 1_000  # the fewest updates a run's decodings count from (the issue's)
 BLEU_SLACK = 0.5  # the decoding target's condition: BLEU no lower than OpenNMT-py's − this
+IN_TURNS = ", rows in turns"  # what --spread adds to the CPU of runs that took turns
 
 
 @dataclass
@@ -125,11 +126,20 @@ def groups(runs: list[tuple[Path, PreviousRun]]) -> dict[Path, str]:
 
 
 def what(run: PreviousRun) -> str:
-    """How long its rows trained: '1,000 updates, seed 12', or 'a time budget' (--minutes)."""
+    """How long its rows trained: '1,000 updates, seed 12', or 'a time budget' (--minutes),
+    then ', in turns of 20 s' where they took turns (--interleave)."""
+    turns = f", in turns of {run.interleave:g} s" if run.interleave else ""
     if not run.updates:
-        return "a time budget"
+        return "a time budget" + turns
     seed = "" if run.seed is None else f", seed {run.seed}"
-    return f"{run.updates:,} updates{seed}"
+    return f"{run.updates:,} updates{seed}{turns}"
+
+
+def ways(group: dict[Path, str], runs: list[tuple[Path, PreviousRun]]) -> dict[Path, str]:
+    """`group` with the runs whose rows took turns (--interleave) apart from those whose rows
+    trained one after another: for `--spread`, which asks how much a way of measuring moves
+    from run to run (and a run in turns reads its tokens/s from its turns' windows)."""
+    return {path: group[path] + (IN_TURNS if run.interleave else "") for path, run in runs}
 
 
 def reference(run: PreviousRun) -> Result | None:
@@ -274,7 +284,8 @@ def spread_lines(by_cpu: dict[str, dict[str, Figures]]) -> list[str]:
     limit and of the limit itself; and how far the two toolkits' tokens/s move together
     (Pearson's r). A same-run ratio cancels the machine's state only as far as both trainings
     meet the same state: where r is near 0 (spells shorter than the run), the ratio moves more
-    than either tokens/s."""
+    than either tokens/s. Runs whose rows took turns (--interleave) are a group of their own
+    beside their CPU's other runs (`ways`)."""
     lines = [
         "| CPU | row | trainings | OpenNMT-py tokens/s | its tokens/s | × OpenNMT-py "
         "| % of limit | the limit | r, its tokens/s and OpenNMT-py's |",
@@ -344,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{cpu}: flags {' '.join(flags) or 'unknown'}")
     if args.spread:
         print()
-        print("\n".join(spread_lines(by_cpu)))
+        print("\n".join(spread_lines(gather(runs, ways(group, runs)))))
 
 
 if __name__ == "__main__":

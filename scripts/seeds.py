@@ -33,11 +33,10 @@ from peers.common import (  # noqa: E402
     DECODINGS,
     REFERENCE,
     TEST,
-    PreviousRun,
     finite,
     model_of,
-    previous_run,
 )
+from peers.previous import PreviousRun, previous_run  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,10 @@ from peers import (
     common,  # noqa: E402
     nmt_toolkit,  # noqa: E402
     options,  # noqa: E402
+    previous,  # noqa: E402
 )
 from peers import limit as limit_mod  # noqa: E402
-from peers.common import DECODINGS, Decoding, Result, decode_in_turns, kept_rows  # noqa: E402
+from peers.common import DECODINGS, Decoding, Result, decode_in_turns  # noqa: E402
 from peers.limit import (  # noqa: E402
     Cpu,
     Limit,
@@ -43,6 +44,7 @@ from peers.limit import (  # noqa: E402
     this_cpu,
     time_step,
 )
+from peers.previous import kept_rows  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from nmt import onednn  # noqa: E402
@@ -266,6 +268,49 @@ def test_decoding_again_another_way_replaces_the_models_rows(tmp_path):
     assert [r.name for r in kept] == ["OpenNMT-py 3.5.1", "nmt bf16"]
 
 
+def test_a_redecoded_run_says_how_its_run_trained_not_this_commands_flags(tmp_path, monkeypatch):
+    """--redecode keeps a run's training figures, so its file keeps what that run trained
+    with (minutes, updates, seed, turns): decoding again a 1,000-update run of seed 19 whose
+    rows took turns, with this command's defaults (4 minutes, seed 1, no turns), must not
+    make runs.py and seeds.py read it as a one-after-another run of seed 1 and a time budget."""
+    row = Result("nmt fp32", 2000.0, steps=1000)
+    run = {"limits": {"fp32": _LIMIT}, "results": [asdict(row)], "seed": 19, "updates": 1000}
+    cpu = this_cpu()  # a run of another CPU is refused
+    run |= {"minutes": 0.0, "interleave": 20.0, "cpu": cpu.name, "cpu_id": cpu.id}
+    run["cpu_flags"] = list(cpu.flags)
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps(run))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.en").write_text("a\n")
+
+    def decoded_again(args, shared, only):  # nmt's adapter, its model decoded in a moment
+        again = previous.previous_result(args, "nmt fp32")
+        return [again], [
+            Decoding(again, label, ["true"], re.compile("x"), list) for label, _ in DECODINGS
+        ]
+
+    adapter = argparse.Namespace(KEYS=("nmt-fp32",), run_all=decoded_again)
+    monkeypatch.setattr(compare_peers, "ADAPTERS", [adapter])
+    monkeypatch.setattr(compare_peers, "_shared_pieces", lambda *_: None)
+    monkeypatch.setattr(compare_peers, "decode_in_turns", lambda *_: None)
+    argv = ["compare_peers.py", "--data", str(tmp_path / "data"), "--work", str(tmp_path / "w")]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--only", "nmt-fp32", "--redecode"])
+    before = signal.getsignal(signal.SIGTERM)  # main's own handler, not the suite's after it
+    try:
+        compare_peers.main()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    again = json.loads(out.read_text())
+    assert again["redecoded"] is True
+    assert (again["seed"], again["updates"], again["minutes"], again["interleave"]) == (
+        19,
+        1000,
+        0.0,
+        20.0,
+    )
+    assert again["results"][0]["tokens_per_s"] == 2000.0
+
+
 def test_previous_limits_read_runs_written_before_gpus(tmp_path):
     """A run's JSON from before the device field (results/*.json) still gives its limits."""
     old = {"fp32": {"precision": "fp32", "tokens_per_s": 9554.0, "gflops": 453.0}}
@@ -457,7 +502,7 @@ def test_a_redecode_without_the_model_in_work_says_so_and_decodes_nothing(tmp_pa
     kept = out.read_bytes()
     monkeypatch.setattr(compare_peers, "ADAPTERS", [nmt_toolkit])
     monkeypatch.setattr(compare_peers, "_shared_pieces", lambda *_: None)
-    monkeypatch.setattr(common, "previous_result", lambda args, name: Result(name, 1.0))
+    monkeypatch.setattr(previous, "previous_result", lambda args, name: Result(name, 1.0))
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.en").write_text("a\n")
     argv = ["compare_peers.py", "--data", str(tmp_path / "data"), "--work", str(tmp_path / "w")]
@@ -624,7 +669,7 @@ def test_the_training_figures_are_written_before_the_decodings(tmp_path, monkeyp
     assert written["tokens_per_s"] == 1000.0 and run["decoded"] is not cut_short
     assert written["decode"] == ({} if cut_short else {"greedy": row.decode["greedy"]})
     # the machine as written is the machine as read back (`--redecode`'s check of it)
-    assert common.previous_run(out, "--redecode").cpu == this_cpu()
+    assert previous.previous_run(out, "--redecode").cpu == this_cpu()
     assert run["cpu_id"] == this_cpu().id
 
 

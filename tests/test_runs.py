@@ -33,12 +33,16 @@ def _row(name: str, tokens: float, precision: str = "fp32", decode=None) -> dict
     return row
 
 
-def _run(tmp_path, name: str, rows: list[dict], *, updates=1000, cpu=ZEN4, seed=1) -> str:
+def _run(
+    tmp_path, name: str, rows: list[dict], *, updates=1000, cpu=ZEN4, seed=1, interleave=None
+) -> str:
     limits = {
         p: {"precision": p, "tokens_per_s": t, "gflops": 1.0, "mflop_per_token": 1.0, "products": 1}
         for p, t in (("fp32", 4000.0), ("bf16", 8000.0))
     }
     run = {"limits": limits, "results": rows, "updates": updates, "seed": seed, **cpu}
+    if interleave is not None:  # compare_peers --interleave's seconds (0: one after another)
+        run["interleave"] = interleave
     path = tmp_path / name
     path.write_text(json.dumps(run))
     return str(path)
@@ -279,7 +283,7 @@ def test_spread_of_fewer_than_three_trainings_says_so(tmp_path, capsys):
 
 def test_a_negative_rate_is_a_damaged_file_in_one_line(tmp_path):
     """A rate below 0 is no run compare_peers.py wrote: refused where every reader reads runs
-    (`peers.common.previous_run`), not given a negative ratio or share."""
+    (`peers.previous.previous_run`), not given a negative ratio or share."""
     bad = _run(tmp_path, "a.json", [_row(ONMT, 1000), _row("nmt fp32", -2000)])
     with pytest.raises(SystemExit, match=r"is not a run .*tokens_per_s: -2000.0 is below"):
         runs.main([bad])
@@ -293,3 +297,46 @@ def test_spread_of_figures_too_large_to_square_stays_finite(tmp_path, capsys):
     runs.main(["--spread", *files])
     last = capsys.readouterr().out.splitlines()[-1]
     assert "inf" not in last and "nan" not in last, last
+
+
+def test_spread_keeps_runs_whose_rows_took_turns_apart(tmp_path, capsys):
+    """--spread asks how much a way of measuring moves from run to run: runs whose rows took
+    turns (--interleave) are a group of their own beside their CPU's others, and each run's
+    line says how its rows trained. The ranges still hold every run of the CPU."""
+    files = [
+        # a run from before the field (None) trained its rows one after another
+        _run(
+            tmp_path,
+            f"after{n}.json",
+            [_row(ONMT, 1000), _row("nmt fp32", t)],
+            updates=0,
+            interleave=0.0 if n else None,
+        )
+        for n, t in enumerate((1800, 2000, 2200))
+    ]
+    files += [
+        _run(
+            tmp_path,
+            f"turns{n}.json",
+            [_row(ONMT, 1000), _row("nmt fp32", t)],
+            updates=0,
+            interleave=seconds,
+        )
+        for n, (t, seconds) in enumerate(((1900, 20.0), (2000, 20.0), (2100, 60.0)))
+    ]
+    runs.main(["--spread", *files])
+    out = capsys.readouterr().out.splitlines()
+    zen4 = "AMD EPYC (family 25, model 17)"
+    assert f"| turns2.json | {zen4} | a time budget, in turns of 60 s | 1,000 | " in out[7]
+    assert f"| after0.json | {zen4} | a time budget | 1,000 | " in out[2]
+    assert f"| {zen4} (6) | nmt fp32 | 1.80-2.20× | 45.0-55.0 % | - | - |" in out
+    assert out[-2:] == [
+        f"| {zen4} | nmt fp32 | 3 | 0.0 % | 10.0 % | 10.0 % | 10.0 % | 0.0 % | - |",
+        f"| {zen4}, rows in turns | nmt fp32 | 3 | 0.0 % | 5.0 % | 5.0 % | 5.0 % | 0.0 % | - |",
+    ]
+
+
+def test_a_runs_turns_below_0_are_a_damaged_file_in_one_line(tmp_path):
+    bad = _run(tmp_path, "a.json", [_row(ONMT, 1000), _row("nmt fp32", 2000)], interleave=-20)
+    with pytest.raises(SystemExit, match=r"is not a run .*interleave: -20.0 is below the min"):
+        runs.main([bad])

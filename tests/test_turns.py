@@ -5,6 +5,7 @@ log windows that lie inside one turn."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from train_setup import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import compare_peers  # noqa: E402
-from peers import common, nmt_toolkit, turns  # noqa: E402
+from peers import common, nmt_toolkit, previous, turns  # noqa: E402
 from peers.turns import Turns, inside, per_turn, same_spells, speed, stamp, together  # noqa: E402
 
 # A program that writes the clock's time to argv[1] every 20 ms, until interrupted.
@@ -181,11 +182,11 @@ def test_a_rows_turns_are_kept_in_its_file():
         turns=[[9.0, 13.0]],
         budget_end=13.0,
     )
-    assert common._typed(common.Result, common.dataclasses.asdict(row), "run") == row
+    assert previous._typed(common.Result, dataclasses.asdict(row), "run") == row
     assert common.turn_rates(row) == {11.0: 3.0}  # the turn's middle; its first window out
-    bad = {**common.dataclasses.asdict(row), "turns": [[9.0, "soon"]]}
+    bad = {**dataclasses.asdict(row), "turns": [[9.0, "soon"]]}
     with pytest.raises(ValueError, match="turns"):
-        common._typed(common.Result, bad, "run")
+        previous._typed(common.Result, bad, "run")
 
 
 # SIGTERM given by the kernel to a job's thread (the only one not blocking it), while the

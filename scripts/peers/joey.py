@@ -24,9 +24,9 @@ from peers.common import (
     Result,
     Shared,
     ensure_venv,
-    previous_result,
     train_peer,
 )
+from peers.previous import previous_result
 
 KEYS = ("joeynmt",)
 NAME = "Joey NMT 2.3.0"

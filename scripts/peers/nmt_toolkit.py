@@ -30,10 +30,10 @@ from peers.common import (
     Result,
     Shared,
     median_after_first,
-    previous_result,
     run,
     timed_by_turns,
 )
+from peers.previous import previous_result
 from peers.turns import together
 
 KEYS = ("nmt-fp32", "nmt-bf16", "nmt-fp16")

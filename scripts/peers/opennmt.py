@@ -26,11 +26,11 @@ from peers.common import (
     bleu,
     depiece,
     ensure_venv,
-    previous_result,
     run,
     sh,
     train_peer,
 )
+from peers.previous import previous_result
 
 KEYS = ("opennmt-py",)
 NAME = "OpenNMT-py 3.5.1"

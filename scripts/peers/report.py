@@ -14,6 +14,7 @@ from nmt.display import save_figure
 from nmt.files import write_output
 from peers.common import Result
 from peers.limit import Cpu, Limit
+from peers.previous import PreviousRun
 
 
 @dataclass
@@ -25,10 +26,13 @@ class Report:
     cpu: Cpu
     gpu: str | None
     limits: dict[str, Limit]
+    # --redecode: the run decoded again, whose training figures the rows keep; the file then
+    # says how that run trained (budget, seed, turns), not what this command's flags were
+    trained: PreviousRun | None = None
 
     def write(self, results: list[Result], *, decoded: bool) -> None:
         """`decoded`: whether the rows' decodings have run (their cells are empty before)."""
-        args = self.args
+        args, own = self.args, self.trained
         run = {
             "threads": self.threads,
             "torch": torch.__version__,
@@ -37,17 +41,17 @@ class Report:
             "cpu_flags": list(self.cpu.flags),
             "gpu": self.gpu,
             "limits": {p: asdict(lim) for p, lim in self.limits.items()},
-            "minutes": args.minutes,
-            "updates": args.updates,
+            "minutes": own.minutes if own else args.minutes,
+            "updates": own.updates if own else args.updates,
             "int8_decoding": args.int8,
             "decode_workers": args.decode_workers,
             "decode_repeats": args.decode_repeats,
             "redecoded": bool(args.again),
             "decoded": decoded,
-            "seed": args.seed,
+            "seed": own.seed if own else args.seed,
             "nmt_config": str(args.nmt_config),
             "nmt_set": args.nmt_set,
-            "interleave": args.interleave,
+            "interleave": own.interleave if own else args.interleave,
             "results": [asdict(r) for r in results],
         }
         write_output(args.out, json.dumps(run, indent=1).encode())

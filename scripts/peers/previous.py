@@ -1,0 +1,120 @@
+"""The run before, read back from the file compare_peers.py wrote (--out): for `--redecode`
+and `--redecode-onmt`, which decode its models again and keep its training figures, and for
+`scripts/runs.py` and `scripts/seeds.py`, which read many. A damaged file is one line for
+every reader of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nmt import typed
+from peers.common import Decoding, Result, model_of
+from peers.limit import Cpu, Limit
+
+
+@dataclass(frozen=True)
+class PreviousRun:
+    """What the run before wrote to --out: its rows and its limits (by limit key), the seed
+    and number of updates it trained with (updates 0: a run of --minutes; seed None: a run
+    from before --seed), the CPU it measured on (None: a run that did not say), and the
+    seconds of its rows' turns (0: one row after another; --interleave) and their minutes."""
+
+    results: list[Result]
+    limits: dict[str, Limit]
+    seed: int | None = None
+    updates: int = 0
+    cpu: Cpu | None = None
+    interleave: float = 0.0
+    minutes: float = 0.0  # each row's time budget (0: none, a run of --updates)
+
+
+def previous_run(out: Path, flag: str) -> PreviousRun:
+    """What the run before wrote to --out (`out`), for `flag` (--redecode or --redecode-onmt,
+    which decode that run's models again; `scripts/seeds.py`'s runs): its rows and its
+    limits, read here once, so that a damaged file is one line for every reader of it."""
+    damaged = f"{flag}: {out} is not a run compare_peers.py wrote"
+    try:
+        run = json.loads(out.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SystemExit(f"{flag}: no run of compare_peers.py in {out}: file not found") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SystemExit(f"{damaged} ({e})") from None
+    if not isinstance(run, dict) or not {"results", "limits"} <= run.keys():
+        raise SystemExit(f"{damaged} (no results, limits)")
+    if not isinstance(run["results"], list) or not isinstance(run["limits"], dict):
+        raise SystemExit(f"{damaged} (results not a list, or limits not a mapping)")
+    try:  # each field's type checked as a config's are (`nmt.typed.build`)
+        own = _typed(_Own, {f.name: run.get(f.name) for f in dataclasses.fields(_Own)}, "run")
+        return PreviousRun(
+            [_typed(Result, r, f"results[{i}]") for i, r in enumerate(run["results"])],
+            {key: _typed(Limit, d, f"limits.{key}") for key, d in run["limits"].items()},
+            own.seed,
+            own.updates or 0,
+            Cpu(own.cpu, own.cpu_id, tuple(own.cpu_flags or ())) if own.cpu else None,
+            own.interleave or 0.0,
+            own.minutes or 0.0,
+        )
+    except ValueError as e:
+        raise SystemExit(f"{damaged} ({e})") from None
+
+
+@dataclass(frozen=True)
+class _Own:
+    """A run's own fields, besides its rows and limits, as its JSON holds them (None: a run
+    from before the field was written)."""
+
+    seed: int | None = typed.option(None, min=0)
+    updates: int | None = typed.option(None, min=0)
+    cpu: str | None = None  # the CPU's model name, "cpu_id" its family and model
+    cpu_id: str | None = None
+    cpu_flags: list[str] | None = None
+    interleave: float | None = typed.option(None, min=0)  # seconds a turn; 0: none
+    minutes: float | None = typed.option(None, min=0)
+
+
+def _typed(cls: type, raw: Any, where: str) -> Any:
+    """Dataclass `cls` from `raw`, a ValueError naming `where` and the first problem found."""
+    try:
+        built, problems = typed.build(cls, raw)
+    except TypeError as e:  # a field without a default missing
+        raise ValueError(f"{where}: {e}") from None
+    if problems:
+        raise ValueError(f"{where}: {problems[0]}")
+    return built
+
+
+def check_redecoded(
+    results: list[Result], decodings: list[Decoding], args: argparse.Namespace
+) -> None:
+    """One line (SystemExit) where `--redecode` has a row with nothing to decode (a --work
+    that does not hold that run's models): written, --out would lose that row's decodings."""
+    undecoded = [r for r in results if not any(d.result is r for d in decodings)]
+    if undecoded:
+        why = "; ".join(f"{r.name}: {r.note or 'nothing to decode'}" for r in undecoded)
+        raise SystemExit(
+            f"{args.again}: {why}; is --work the folder that run trained in? "
+            f"{args.out} left as it was"
+        )
+
+
+def previous_result(args: argparse.Namespace, name: str) -> Result:
+    """`name`'s training figures from --out's previous run (`args.again`), its decodings
+    cleared: the row of that model, however it decoded then."""
+    for r in previous_run(args.out, args.again).results:
+        if model_of(r.name) == name:
+            return dataclasses.replace(r, decode={}, curve=[])
+    raise SystemExit(f"{args.again}: {args.out} holds no {name} run")
+
+
+def kept_rows(results: list[Result], out: Path, flag: str) -> list[Result]:
+    """The rows of `out`'s previous run (decoding again, as `flag` asks) whose model was not
+    run again, as that run left them; a model decoded again another way ("nmt fp32, int8
+    decoding" now, "nmt fp32" then) is not kept twice."""
+    again = {model_of(r.name) for r in results}
+    return [r for r in previous_run(out, flag).results if model_of(r.name) not in again]
