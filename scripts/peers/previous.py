@@ -31,7 +31,7 @@ class PreviousRun:
     updates: int = 0
     cpu: Cpu | None = None
     interleave: float = 0.0
-    minutes: float = 0.0  # each row's time budget (0: none, a run of --updates)
+    minutes: float | None = None  # each row's time budget (0: a run of --updates; None: unsaid)
 
 
 def previous_run(out: Path, flag: str) -> PreviousRun:
@@ -58,7 +58,7 @@ def previous_run(out: Path, flag: str) -> PreviousRun:
             own.updates or 0,
             Cpu(own.cpu, own.cpu_id, tuple(own.cpu_flags or ())) if own.cpu else None,
             own.interleave or 0.0,
-            own.minutes or 0.0,
+            own.minutes,
         )
     except ValueError as e:
         raise SystemExit(f"{damaged} ({e})") from None
