@@ -32,7 +32,10 @@ class Report:
 
     def write(self, results: list[Result], *, decoded: bool) -> None:
         """`decoded`: whether the rows' decodings have run (their cells are empty before)."""
-        args, own = self.args, self.trained
+        args = self.args
+        # what its rows trained with: the run decoded again's, else this command's flags
+        # (a PreviousRun names them as the flags do)
+        trained = self.trained or args
         run = {
             "threads": self.threads,
             "torch": torch.__version__,
@@ -41,17 +44,17 @@ class Report:
             "cpu_flags": list(self.cpu.flags),
             "gpu": self.gpu,
             "limits": {p: asdict(lim) for p, lim in self.limits.items()},
-            "minutes": own.minutes if own else args.minutes,
-            "updates": own.updates if own else args.updates,
+            "minutes": trained.minutes,
+            "updates": trained.updates,
             "int8_decoding": args.int8,
             "decode_workers": args.decode_workers,
             "decode_repeats": args.decode_repeats,
             "redecoded": bool(args.again),
             "decoded": decoded,
-            "seed": own.seed if own else args.seed,
+            "seed": trained.seed,
             "nmt_config": str(args.nmt_config),
             "nmt_set": args.nmt_set,
-            "interleave": own.interleave if own else args.interleave,
+            "interleave": trained.interleave,
             "results": [asdict(r) for r in results],
         }
         write_output(args.out, json.dumps(run, indent=1).encode())
