@@ -197,6 +197,14 @@ class ModelConfig:
     input_feeding: bool = _opt(
         False, help="Luong's input feeding (the attentional output fed back)"
     )
+    # Where input feeding's h̃ is dropped: OpenNMT-py and Joey NMT drop it once, and the
+    # dropped h̃ is both the output layer's input and the next step's; without it only the
+    # output layer's input is, and the fed-back h̃ is clean.
+    feed_dropout: bool = _opt(
+        False,
+        help="input feeding: h̃ dropped once, for the output layer and the next step alike "
+        "(OpenNMT-py's placement); false: only the output layer's input",
+    )
     # tanh: Luong's h̃ = tanh(W_c [c; s]); linear: W_c [c; s] + b, what OpenNMT-py's mlp
     # (concat) attention emits (its GlobalAttention applies tanh for dot/general only).
     attention_output: Literal["tanh", "linear"] = _opt(
@@ -371,6 +379,8 @@ def _cross_checks(cfg: Config) -> list[str]:
         )
     if m.input_feeding and m.decoder != "luong":
         problems.append("model.input_feeding: only the luong decoder feeds its output back")
+    if m.feed_dropout and not m.input_feeding:
+        problems.append("model.feed_dropout: drops the fed-back h̃; needs model.input_feeding: true")
     if m.attention_output != "tanh" and m.decoder != "luong":
         problems.append(
             "model.attention_output: only the luong decoder has an attentional output; "

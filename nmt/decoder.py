@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from nmt import onednn, vml
 from nmt.attention import Attention
+from nmt.dropout import Dropout
 from nmt.encoder_loop import decoder_applies, decoder_gru
 from nmt.recurrence import decoder_loop, scorer_of
 from nmt.runtime import autocast_off
@@ -153,11 +154,15 @@ def rnn_outside_autocast(device_type: str, autocast_on: bool) -> bool:
 
 
 def fused_loop(
-    decoder: BahdanauDecoder | LuongDecoder, emb: Tensor, state: DecoderState, enc: Encoded
+    decoder: BahdanauDecoder | LuongDecoder,
+    emb: Tensor,
+    state: DecoderState,
+    enc: Encoded,
+    feed_mask: Tensor | None = None,
 ) -> tuple[Tensor, ...] | None:
     """The teacher-forced loop by `nmt.recurrence` (same numbers, one weight-gradient product
     per weight), or None where it does not apply: LSTM, several layers, several heads, an
-    unknown scorer."""
+    unknown scorer. feed_mask (T, B, Hd): Luong's h̃ dropped (`LuongDecoder.feed_dropout`)."""
     rnn = decoder.rnn  # int8 (`nmt.int8`): a quantized GRU, not nn.GRU
     if not decoder.fused or not isinstance(rnn, nn.GRU) or rnn.num_layers != 1:
         return None
@@ -181,6 +186,7 @@ def fused_loop(
         keys=enc.keys,
         values=enc.states,
         mask=enc.mask,
+        feed_mask=feed_mask,
     )
 
 
@@ -288,11 +294,15 @@ class LuongDecoder(nn.Module):
         attention: Attention,
         input_feeding: bool,
         linear_output: bool = False,
+        feed_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.attention = attention
         self.output_size = hidden_size
         self.input_feeding = input_feeding
+        # OpenNMT-py's placement (`model.feed_dropout`): h̃ dropped once in teacher forcing,
+        # the dropped h̃ fed back and returned (the output layer then drops nothing itself)
+        self.feed_dropout = Dropout(feed_dropout)
         self.linear_output = linear_output  # kept: int8's quantized combine has no .bias tensor
         self.rnn = rnn_layer(
             cell,
@@ -347,12 +357,17 @@ class LuongDecoder(nn.Module):
             else:
                 out, _ = run_rnn(self.rnn, emb, state.rnn_state())  # (B, T, Hd)
             return self._attend(out, enc, state.t, heads)
-        fused = None if heads else fused_loop(self, emb, state, enc)
+        B, T = emb.shape[:2]
+        masks = self.feed_dropout.mask((T, B, self.output_size), emb)  # (T, B, Hd) or None
+        fused = None if heads else fused_loop(self, emb, state, enc, masks)
         if fused is not None:
             return fused[0], fused[1]  # (B, T, Hd), (B, T, S)
         outputs, weights = [], []
-        for t in range(emb.size(1)):
+        for t in range(T):
             h_tilde, state, w = self._step_core(emb[:, t], state, enc, heads)
+            if masks is not None:  # the dropped h̃_t is what the output layer and step t + 1 read
+                h_tilde = h_tilde * masks[t]  # (B, Hd)
+                state = replace(state, feed=h_tilde)
             outputs.append(h_tilde)
             weights.append(w)
         # (B, T, Hd), (B, [H,] T, S)

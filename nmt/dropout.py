@@ -40,6 +40,17 @@ class Dropout(nn.Module):
             return F.dropout(x, self.p, training=True)
         return x * cheap_mask(x.shape, self.keep, x.dtype)
 
+    def mask(self, shape: tuple[int, ...], like: Tensor) -> Tensor | None:
+        """A float32 (shape) mask of 0 and 1/(1 − p) on `like`'s device, for a caller that
+        applies it itself (the same mask to a value two paths read); None when this layer
+        drops nothing (evaluation, or p = 0)."""
+        if not self.training or self.p == 0.0:
+            return None
+        if like.device.type != "cpu":
+            ones = torch.ones(shape, dtype=torch.float32, device=like.device)
+            return F.dropout(ones, self.p, training=True)
+        return cheap_mask(torch.Size(shape), self.keep, torch.float32)
+
     def extra_repr(self) -> str:
         return f"p={self.p}"
 

@@ -401,8 +401,12 @@ def _decoder(cfg: ModelConfig, *, context_size: int) -> Decoder:
     if cfg.decoder == "bahdanau":
         decoder = BahdanauDecoder(**shared)
     else:
-        linear = cfg.attention_output == "linear"
-        decoder = LuongDecoder(**shared, input_feeding=cfg.input_feeding, linear_output=linear)
+        decoder = LuongDecoder(
+            **shared,
+            input_feeding=cfg.input_feeding,
+            linear_output=cfg.attention_output == "linear",
+            feed_dropout=cfg.dropout if cfg.feed_dropout else 0.0,
+        )
     return decoder
 
 
@@ -441,7 +445,7 @@ def _assemble(
     generator = Generator(
         input_size=decoder.output_size,
         vocab_size=tgt_vocab_size,
-        dropout=cfg.dropout,
+        dropout=0.0 if cfg.feed_dropout else cfg.dropout,  # else h̃ would be dropped twice
         tie_to=tgt_embed if cfg.tie_embeddings else None,
     )
     copy_gate = None

@@ -102,7 +102,8 @@ class _Loop(torch.autograd.Function):
     def forward(
         ctx: Any, static: tuple[float, str, int], gi_emb: Tensor, h0: Tensor, *params: Any
     ) -> tuple[Tensor, ...]:
-        # params: w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p, keys, values, mask (`_Run`)
+        # params: w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p, keys, values, mask,
+        # feed_mask (`_Run`)
         run = _Run(static, *params)
         outs = run.forward(gi_emb, h0, keep=True)
         ctx.run = run
@@ -124,7 +125,8 @@ class _Loop(torch.autograd.Function):
             *g_params,  # w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p
             g_keys.to(dt_k),
             g_values.to(dt_v),
-            None,
+            None,  # mask
+            None,  # feed_mask
         )
 
 
@@ -149,11 +151,13 @@ class _Run:
         keys: Tensor,
         values: Tensor,
         mask: Tensor,
+        feed_mask: Tensor | None = None,
     ) -> None:
         # Autocast's dtype for products, cast here once; float32 everywhere else.
         self.cdt = autocast_dtype(keys.device.type)
         self.scale, self.scope, self.width = static
         self.mask = mask
+        self.feed_mask = feed_mask  # (T, B, H) Luong's h̃ dropped: 0 or 1/(1 − p); None: kept
         self.params = (w_ir, w_hh, b_hh, w_c, b_c, w_q, b_q, v, w_p, v_p)
         # w_ir is a column slice of the GRU's input weight: copied once a batch, as every
         # step reads it (`nmt.onednn.dense`)
@@ -271,11 +275,15 @@ class _Run:
                 context, alpha = self._attend(h, t, s)
                 u = torch.cat([context, h], dim=-1, out=us[t])  # (B, Dv + H)
                 pre = self._mm(u, w_c)  # (B, H)
+                drop = self.feed_mask
+                slot = feeds[t + 1] if drop is None else None  # dropped: the mask writes it
                 if self.b_c is None:  # h̃_t
-                    feed = vml.tanh(pre, out=feeds[t + 1])
+                    out = vml.tanh(pre, out=slot)
                 else:
-                    feed = torch.add(pre, self.b_c, out=feeds[t + 1])
-                s.update(u=u, out=feed)
+                    out = torch.add(pre, self.b_c, out=slot)
+                if drop is not None:  # the dropped h̃_t: returned and fed back
+                    torch.mul(out, drop[t], out=feeds[t + 1])
+                s.update(u=u, out=out)  # h̃_t as computed: tanh's backward reads it
             else:
                 context, alpha = self._attend(hs[t], t, s)  # attends with s_{t-1}
                 self._gru(gi_emb[:, t], hs[t], context, s, out=hs[t + 1])
@@ -365,6 +373,8 @@ class _Run:
             s, slots = steps[t], (d_gi[t], d_gh[t])
             if self.w_c is not None:  # Luong
                 d_pre = torch.add(g_out[:, t], d_feed, out=d_c[t])  # (B, H) into h̃_t
+                if self.feed_mask is not None:  # through the dropout: into h̃_t before it
+                    d_pre.mul_(self.feed_mask[t])
                 if self.b_c is None:
                     d_pre = tanh_backward_into(d_pre, s["out"], grad_input=d_c[t])
                 du = self._mm(d_pre, self.w_c.t())  # (B, Dv + H)
@@ -458,6 +468,7 @@ def decoder_loop(
     keys: Tensor,
     values: Tensor,
     mask: Tensor,
+    feed_mask: Tensor | None = None,
 ) -> tuple[Tensor, ...]:
     """Run a 1-layer GRU decoder over all target steps (teacher forcing).
 
@@ -466,11 +477,14 @@ def decoder_loop(
     b_hh (3H,); w_c (H, Dv + H) Luong's output layer, None for a Bahdanau decoder; b_c (H,)
     its bias where the output is linear (W_c u + b_c, no tanh), None for Luong's tanh.
     keys (B, S, Dp), values (B, S, Dv), mask (B, S) bool as for `Attention.forward`.
+    feed_mask (T, B, H) float32: Luong's h̃_t multiplied by it, the product returned and fed
+    back (OpenNMT-py's dropout placement); None: h̃ as computed.
     Returns Luong: h̃ (B, T, H), weights (B, T, S); Bahdanau: s (B, T, H), contexts
     (B, T, Dv), weights (B, T, S).
     """
     sc = scorer
-    args = (w_ir, w_hh, b_hh, w_c, b_c, sc.w_q, sc.b_q, sc.v, sc.w_p, sc.v_p, keys, values, mask)
+    weights = (w_ir, w_hh, b_hh, w_c, b_c, sc.w_q, sc.b_q, sc.v, sc.w_p, sc.v_p)
+    args = (*weights, keys, values, mask, feed_mask)
     if not torch.is_grad_enabled():  # validation: nothing to save
         run = _Run(sc.static, *args)
         return run.forward(gi_emb, h0, keep=False)

@@ -98,6 +98,8 @@ def test_cross_checks():
     assert found[0].startswith("model.input_feeding:")
     found = problems_of({"model": {"attention_output": "linear", "decoder": "bahdanau"}})
     assert found[0].startswith("model.attention_output:")
+    found = problems_of({"model": {"feed_dropout": True, "decoder": "luong"}})
+    assert found[0].startswith("model.feed_dropout:") and "input_feeding" in found[0]
     found = problems_of({"train": {"device": "tpu"}})
     assert found[0].startswith("train.device:")
 

@@ -60,3 +60,16 @@ def test_the_same_seed_draws_the_same_mask_and_bf16_inputs_keep_their_dtype():
 def test_a_probability_outside_zero_to_one_is_refused():
     with pytest.raises(ValueError, match="dropout probability"):
         Dropout(1.0)
+
+
+def test_a_mask_for_the_caller_keeps_the_layers_rate_and_is_none_where_nothing_drops():
+    torch.manual_seed(4)
+    layer = Dropout(0.25).train()
+    like = torch.zeros(1, dtype=torch.bfloat16)
+    mask = layer.mask((500, 400), like)
+    assert mask is not None and mask.shape == (500, 400) and mask.dtype == torch.float32
+    assert abs((mask > 0).float().mean().item() - 0.75) < 0.005
+    zero, scale = mask.unique().tolist()
+    assert zero == 0.0 and scale == pytest.approx(1 / 0.75, rel=1e-4)
+    assert layer.eval().mask((3, 2), like) is None
+    assert Dropout(0.0).train().mask((3, 2), like) is None

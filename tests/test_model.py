@@ -183,6 +183,33 @@ def test_copy_bridge_starts_the_decoder_from_the_encoder_final_states(cell: str)
         torch.testing.assert_close(enc.final_cell, final_cell)
 
 
+def test_feed_dropout_drops_the_output_once_and_feeds_the_dropped_one_back() -> None:
+    """model.feed_dropout (OpenNMT-py's placement): h̃_t times its mask is both the output and
+    what step t + 1 reads; the output layer drops nothing more; evaluation drops nothing."""
+    model = make_model(decoder="luong", input_feeding=True, dropout=0.5, feed_dropout=True)
+    model.train().dropout.p = 0.0  # the embeddings kept: only the feed's masks are drawn
+    assert model.generator.dropout.p == 0.0
+    dec = model.decoder
+    dec.fused = False  # the step-by-step path: test_recurrence holds the fused loop to it
+    src, lens, tgt = batch(SHAPES)
+    enc = model.encode(src, lens)
+    emb = model.tgt_embed(tgt)  # (B, T, E)
+    (B, T), H = tgt.shape, dec.output_size
+    with torch.no_grad():
+        torch.manual_seed(1)
+        dropped, _ = dec(emb, dec.init_state(enc), enc)  # (B, T, H)
+        torch.manual_seed(1)
+        masks = dec.feed_dropout.mask((T, B, H), emb)  # the same draws: (T, B, H)
+        dec.eval()
+        clean, _ = dec(emb, dec.init_state(enc), enc)
+    assert masks is not None
+    # step 0 reads the initial feed only: its output is the clean one, masked
+    torch.testing.assert_close(dropped[:, 0], clean[:, 0] * masks[0])
+    # step 1 reads the dropped h̃_0: beyond its own mask it differs from the clean run's
+    kept = masks[1] > 0
+    assert not torch.allclose(dropped[:, 1][kept], (clean[:, 1] * masks[1])[kept], atol=1e-4)
+
+
 @pytest.mark.parametrize("output", ["tanh", "linear"])
 def test_luong_attentional_output_is_tanh_or_linear_with_a_bias(output: str) -> None:
     """Luong's h̃ = tanh(W_c [c; s]) with no bias (checkpoints of before load unchanged);

@@ -50,6 +50,7 @@ def loss_and_grads(
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     model.decoder.fused = fused
     model.zero_grad(set_to_none=True)
+    torch.manual_seed(5)  # with dropout, both paths draw the same masks
     src, lens, tgt = batch(SHAPES)
     target = torch.roll(tgt, -1, dims=1)  # any target: only the arithmetic is compared
     target[:, 1] = src[:, 0]  # a target piece that copy attention can copy
@@ -65,6 +66,18 @@ def loss_and_grads(
 @pytest.mark.parametrize("keys", COMBOS)
 def test_the_fused_loop_matches_the_step_by_step_path(keys: dict[str, Any]) -> None:
     assert_fused_matches_step_by_step(make_model(**keys, dropout=0.0).train())
+
+
+@pytest.mark.parametrize("output", ["tanh", "linear"])
+@pytest.mark.parametrize("attention", ["concat", "dot"])
+def test_the_fused_loop_drops_the_fed_back_output_as_the_step_by_step_path_does(
+    output: str, attention: str
+) -> None:
+    """model.feed_dropout: the same masks, applied to h̃ where both paths feed it back."""
+    keys = {"attention": attention, "attention_output": output, **FED_BACK["luong_feeding"]}
+    model = make_model(**keys, dropout=0.3, feed_dropout=True).train()
+    assert model.generator.dropout.p == 0.0  # h̃ is dropped once, in the decoder
+    assert_fused_matches_step_by_step(model)
 
 
 def assert_fused_matches_step_by_step(model: Seq2Seq) -> None:
