@@ -197,9 +197,10 @@ class ModelConfig:
     input_feeding: bool = _opt(
         False, help="Luong's input feeding (the attentional output fed back)"
     )
-    # Where input feeding's h̃ is dropped: OpenNMT-py and Joey NMT drop it once, and the
-    # dropped h̃ is both the output layer's input and the next step's; without it only the
-    # output layer's input is, and the fed-back h̃ is clean.
+    # Where input feeding's h̃ is dropped: OpenNMT-py drops it once, and the dropped h̃ is both
+    # the output layer's input and the next step's (Joey NMT drops the attentional layer's
+    # input, so what it feeds back carries dropout too); without it only the output layer's
+    # input is, and the fed-back h̃ is clean.
     feed_dropout: bool = _opt(
         False,
         help="input feeding: h̃ dropped once, for the output layer and the next step alike "
