@@ -27,11 +27,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))  # peers/
-sys.path.insert(0, str(ROOT))  # nmt
+from nmt.run_dir import METRICS_NAME
 
-from nmt.run_dir import METRICS_NAME  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/
+
 from peers.previous import previous_run  # noqa: E402
 
 
@@ -128,7 +127,9 @@ def table(curves: list[Curve], start: int, stop: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", type=Path, help="nmt run folders, compare_peers.py JSON")
+    parser.add_argument(
+        "paths", nargs="+", type=Path, help="nmt run folders, compare_peers.py runs' JSON"
+    )
     parser.add_argument("--start", type=int, default=600, help="first update read (600)")
     parser.add_argument("--stop", type=int, default=1200, help="last update read (1200)")
     parser.add_argument("--mean-from", type=int, default=900, help="the mean's first update")
