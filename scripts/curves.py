@@ -57,7 +57,7 @@ def nmt_curve(folder: Path) -> Curve:
                 loss[int(row["step"])] = float(row["val_loss"])
     except FileNotFoundError:
         raise SystemExit(f"curves.py: {folder}: no {METRICS_NAME}: not an nmt run folder") from None
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise SystemExit(f"curves.py: {path} is not a run's metrics ({e!r})") from None
     return Curve(str(folder), bleu, loss)
 

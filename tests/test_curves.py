@@ -98,10 +98,15 @@ def test_what_is_not_a_curve_is_one_line(tmp_path, capsys, make, says):
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
-def test_a_damaged_metrics_line_is_one_line(tmp_path):
+@pytest.mark.parametrize(
+    "line",
+    ['{"step": 100, "val_bleu": 3.0}', "[1, 2]", "not json"],
+    ids=["no-loss", "list", "text"],
+)
+def test_a_damaged_metrics_line_is_one_line(tmp_path, line):
     folder = _nmt_run(tmp_path, "a", [(50, 5.0, 3.0)])
     with (folder / "metrics.jsonl").open("a") as f:
-        f.write('{"step": 100, "val_bleu": 3.0}\n')  # no val_loss
+        f.write(line + "\n")
     with pytest.raises(SystemExit) as e:
         curves.main([str(folder)])
     assert "is not a run's metrics" in str(e.value) and "\n" not in str(e.value)
