@@ -275,15 +275,16 @@ class _Run:
                 context, alpha = self._attend(h, t, s)
                 u = torch.cat([context, h], dim=-1, out=us[t])  # (B, Dv + H)
                 pre = self._mm(u, w_c)  # (B, H)
-                drop = self.feed_mask
-                slot = feeds[t + 1] if drop is None else None  # dropped: the mask writes it
-                if self.b_c is None:  # h̃_t
-                    out = vml.tanh(pre, out=slot)
-                else:
+                drop, slot = self.feed_mask, feeds[t + 1]
+                if self.b_c is None:  # h̃_t = tanh(W_c u): its backward reads h̃_t as computed,
+                    # kept apart from the slot when the slot gets the dropped one
+                    out = vml.tanh(pre, out=slot if drop is None else None)
+                    s["out"] = out
+                else:  # linear: its backward reads no output, so the slot is dropped in place
                     out = torch.add(pre, self.b_c, out=slot)
                 if drop is not None:  # the dropped h̃_t: returned and fed back
-                    torch.mul(out, drop[t], out=feeds[t + 1])
-                s.update(u=u, out=out)  # h̃_t as computed: tanh's backward reads it
+                    torch.mul(out, drop[t], out=slot)
+                s["u"] = u
             else:
                 context, alpha = self._attend(hs[t], t, s)  # attends with s_{t-1}
                 self._gru(gi_emb[:, t], hs[t], context, s, out=hs[t + 1])
