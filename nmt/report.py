@@ -122,6 +122,12 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's metrics.jsonl as `Reporter` wrote it: one dict a row, in the order written."""
+    text = (run_dir / METRICS_NAME).read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def _drop_rows_after(path: Path, step: int) -> None:
     """Keep the metrics rows up to `step` (atomically: a new file renamed over the old)."""
     if not path.exists():

@@ -66,6 +66,7 @@ from nmt.evaluate import bleu  # noqa: E402
 from nmt.files import check_output, write_output  # noqa: E402
 from nmt.files import read_lines as lines  # noqa: E402
 from nmt.model import Seq2Seq  # noqa: E402
+from nmt.report import read_metrics  # noqa: E402
 from nmt.run_dir import OWNER_MARK  # noqa: E402
 from nmt.tokenizer import EOS_PIECE  # noqa: E402
 from nmt.translate import Translator  # noqa: E402
@@ -207,7 +208,7 @@ def alignment_of(
 def evaluate_cell(
     args: argparse.Namespace, run_dir: Path, sure: list[set], possible: list[set]
 ) -> dict:
-    rows = [json.loads(x) for x in lines(run_dir / "metrics.jsonl")]
+    rows = read_metrics(run_dir)
     speeds = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r][1:]  # the first warms up
     val = [r for r in rows if "val_bleu" in r][-1]
     tr = Translator.from_checkpoint(run_dir / "last.pt", log=lambda _: None)

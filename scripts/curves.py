@@ -21,12 +21,12 @@ Reads files only; nothing is written.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from nmt.report import read_metrics
 from nmt.run_dir import METRICS_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/
@@ -49,9 +49,7 @@ def nmt_curve(folder: Path) -> Curve:
     bleu: dict[int, float] = {}
     loss: dict[int, float] = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        for line in lines:
-            row = json.loads(line)
+        for row in read_metrics(folder):
             if row.get("val_bleu") is not None:
                 bleu[int(row["step"])] = float(row["val_bleu"])
                 loss[int(row["step"])] = float(row["val_loss"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import re
 import sys
 from pathlib import Path
@@ -21,7 +20,8 @@ from pathlib import Path
 import torch
 
 from nmt.files import read_lines
-from nmt.run_dir import LAST_NAME, METRICS_NAME
+from nmt.report import read_metrics
+from nmt.run_dir import LAST_NAME
 from nmt.runtime import cpu_has_bf16_matmul
 from peers.common import (
     DECODINGS,
@@ -134,7 +134,7 @@ def nmt_train(name: str, precision: str, args: argparse.Namespace, run_dir: Path
     cmd = [*nmt, "train", str(config), "--overwrite"] + [a for s in sets for a in ("--set", s)]
     log = args.work / f"{name}.train.log"
     rss = run(cmd, log=log, minutes=0 if own_minutes else args.minutes, turns=args.turns)
-    rows = [json.loads(line) for line in (run_dir / METRICS_NAME).read_text().splitlines()]
+    rows = read_metrics(run_dir)
     timed = [r for r in rows if "tokens_per_s" in r]
     windows = [r["tokens_per_s"] for r in timed]
     steps = max((r["step"] for r in rows if "step" in r), default=0)
