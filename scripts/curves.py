@@ -31,6 +31,7 @@ from nmt.run_dir import METRICS_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/
 
+from peers.common import finite  # noqa: E402
 from peers.previous import previous_run  # noqa: E402
 
 
@@ -41,6 +42,20 @@ class Curve:
     name: str
     bleu: dict[int, float]
     loss: dict[int, float] | None
+
+
+def checked(curve: Curve, where: Path) -> Curve:
+    """An nmt run's `curve`, or one line (SystemExit) naming the update whose BLEU or loss is
+    not a finite number (a diverged run's NaN would make every median below meaningless; a
+    compare_peers.py run's curve is checked as it is read, by `previous_run`)."""
+    for what, values in (("BLEU", curve.bleu), ("loss", curve.loss or {})):
+        for step, value in values.items():
+            if not finite(value):
+                raise SystemExit(
+                    f"curves.py: {where}: {curve.name}'s validation {what} at update {step} is "
+                    f"{value}, not a finite number"
+                )
+    return curve
 
 
 def nmt_curve(folder: Path) -> Curve:
@@ -57,7 +72,7 @@ def nmt_curve(folder: Path) -> Curve:
         raise SystemExit(f"curves.py: {folder}: no {METRICS_NAME}: not an nmt run folder") from None
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise SystemExit(f"curves.py: {path} is not a run's metrics ({e!r})") from None
-    return Curve(str(folder), bleu, loss)
+    return checked(Curve(str(folder), bleu, loss), path)
 
 
 def peer_curves(path: Path) -> list[Curve]:
@@ -70,7 +85,7 @@ def peer_curves(path: Path) -> list[Curve]:
         except (KeyError, TypeError, ValueError) as e:
             raise SystemExit(f"curves.py: {path}: {row.name}'s curve is damaged ({e!r})") from None
         if bleu:
-            curves.append(Curve(f"{path.name}: {row.name}", bleu, None))
+            curves.append(Curve(f"{path.name}: {row.name}", bleu, None))  # finite: typed
     if not curves:
         raise SystemExit(f"curves.py: {path}: no row has a curve (a run of --curve has)")
     return curves

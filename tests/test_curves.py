@@ -110,3 +110,18 @@ def test_a_damaged_metrics_line_is_one_line(tmp_path, line):
     with pytest.raises(SystemExit) as e:
         curves.main([str(folder)])
     assert "is not a run's metrics" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_a_value_that_is_not_a_finite_number_is_one_line_naming_its_update(tmp_path, value):
+    """A diverged run's loss, or a damaged BLEU: no median is read across it."""
+    folder = _nmt_run(tmp_path, "a", [(50, 5.0, 3.0), (100, 6.0, 2.0)])
+    with (folder / "metrics.jsonl").open("a") as f:
+        f.write(f'{{"step": 150, "val_bleu": 7.0, "val_loss": {value}}}\n')
+    with pytest.raises(SystemExit) as e:
+        curves.main([str(folder)])
+    assert "validation loss at update 150" in str(e.value) and "\n" not in str(e.value)
+    path = _peers_run(tmp_path, {"nmt fp32": [(50, 1.0), (100, float(value.lower()[:3]))]})
+    with pytest.raises(SystemExit) as e:
+        curves.main([str(path)])
+    assert "val_bleu: expected a finite number" in str(e.value) and "\n" not in str(e.value)
