@@ -24,7 +24,6 @@ Reads files only; nothing is written.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +49,8 @@ class Counts:
 
 def repeats(words: list[str], order: int) -> bool:
     """Whether some `order` words in a row occur twice or more in `words`."""
-    grams = Counter(zip(*(words[i:] for i in range(order)), strict=False))
-    return any(n > 1 for n in grams.values())
+    grams = list(zip(*(words[i:] for i in range(order)), strict=False))
+    return len(set(grams)) < len(grams)
 
 
 def count(hyps: list[str], refs: list[str], order: int, runaway: float) -> Counts:
