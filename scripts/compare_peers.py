@@ -84,6 +84,7 @@ from peers.common import (  # noqa: E402
     CONFIG,
     DECODINGS,
     ROOT,
+    SPM_RUN,
     Decoding,
     Result,
     Shared,
@@ -91,6 +92,7 @@ from peers.common import (  # noqa: E402
     encode_pieces,
     sh,
     share_of_limit,
+    shared_of,
     turn_rates,
 )
 from peers.limit import Cpu, Limit, Timings, limit_key, this_cpu, timed_pass  # noqa: E402
@@ -285,7 +287,7 @@ def _shared_pieces(args: argparse.Namespace) -> Shared:
     """One sentencepiece model for all: nmt's tokenizer, trained once, and the corpus in its
     pieces. A folder this script made with an nmt that did not mark its runs (or a prepare
     cut short) is started again."""
-    spm_run = args.work / "spm-run"
+    spm_run = args.work / SPM_RUN
     if spm_run.is_dir() and not (spm_run / OWNER_MARK).is_file():
         shutil.rmtree(spm_run)
     sh(
@@ -301,10 +303,9 @@ def _shared_pieces(args: argparse.Namespace) -> Shared:
             f"run.dir={spm_run}",
         ]
     )
-    spm_model = spm_run / "spm.model"
-    pieces = args.work / "pieces"
-    encode_pieces(spm_model, args.data, pieces)
-    return Shared(spm_model, pieces)
+    shared = shared_of(args.work)
+    encode_pieces(shared.spm_model, args.data, shared.pieces)
+    return shared
 
 
 def main() -> None:

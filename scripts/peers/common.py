@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "reference_rnn.yaml"
 TEST = "test_2016_flickr"
 DECODINGS = (("greedy", 1), ("beam5", 5))  # the decoding columns: label, beam size
+SPM_RUN = "spm-run"  # in --work: nmt's run of `nmt prepare`, the shared sentencepiece model
 REFERENCE = "OpenNMT-py"  # the row every other is compared with (its name starts so)
 
 
@@ -63,6 +64,11 @@ class Shared:
 
     spm_model: Path
     pieces: Path
+
+
+def shared_of(work: Path) -> Shared:
+    """Where a --work folder keeps them: nmt's run of `nmt prepare` and the pieces."""
+    return Shared(work / SPM_RUN / "spm.model", work / "pieces")
 
 
 def run(

@@ -50,6 +50,10 @@ DEPS = [
 # Each log line's step and target tokens/s (OpenNMT-py logs "src/tgt tok/s").
 STEP = re.compile(r"Step (\d+)/.*?[\d.]+/\s*([\d.]+) tok/s")
 TRANSLATION_TIME = re.compile(r"Total translation time \(s\): ([\d.]+)")
+# In --work: its virtual environment, and its run's folder with every checkpoint it saved
+VENV = "venv-onmt"
+RUN_FOLDER = "onmt-run"
+CHECKPOINTS = "model_step_*.pt"
 
 
 def run_all(
@@ -60,8 +64,8 @@ def run_all(
         return [], []
     print(f"{'decoding' if args.again else 'training'} OpenNMT-py ...", flush=True)
     bin_dir = _install(args)
-    home = args.work / "onmt-run"
-    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    home = args.work / RUN_FOLDER
+    env = own_env()
     if args.again:
         result = previous_result(args, NAME)
     else:
@@ -74,14 +78,12 @@ def run_all(
     if not checkpoints:
         result.note = "no checkpoint written within the budget: nothing decoded"
         return [result], []
-    result.steps = _step(checkpoints[-1])
-    # OpenNMT-py pickles its options (argparse.Namespace) into checkpoints, which torch >= 2.6
-    # refuses to load by default; these are files it just wrote.
-    env = {**env, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    result.steps = checkpoint_step(checkpoints[-1])
+    env = decoding_env(env)
     decodings = []
     for label, beam in DECODINGS:
         out = args.work / f"opennmt-py.{label}.hyp"
-        cmd = _translate(bin_dir, shared, checkpoints[-1], TEST, out, beam)
+        cmd = translate_command(bin_dir, shared, checkpoints[-1], TEST, out, beam)
         hyps = functools.partial(depiece, out, shared.spm_model)
         decodings.append(Decoding(result, label, cmd, TRANSLATION_TIME, hyps, env))
     if args.curve:
@@ -96,7 +98,7 @@ def run_all(
 def _install(args: argparse.Namespace) -> Path:
     """Its virtual environment (made once); the folder of its commands."""
     python = ensure_venv(
-        args.work / "venv-onmt",
+        args.work / VENV,
         [
             [f"torch=={torch.__version__.split('+')[0]}"],
             ["--no-deps", "OpenNMT-py==3.5.1"],
@@ -173,17 +175,30 @@ def _train(
     return train_peer(NAME, "opennmt-py", cmd, STEP, env, args)
 
 
-def _step(checkpoint: Path) -> int:
+def checkpoint_step(checkpoint: Path) -> int:
+    """N of its model_step_N.pt."""
     return int(checkpoint.stem.split("_")[-1])
 
 
 def _within_budget(home: Path, budget_end: float) -> list[Path]:
     """The checkpoints written before the budget ended, oldest first."""
-    found = [c for c in home.glob("model_step_*.pt") if c.stat().st_mtime <= budget_end]
-    return sorted(found, key=_step)
+    found = [c for c in home.glob(CHECKPOINTS) if c.stat().st_mtime <= budget_end]
+    return sorted(found, key=checkpoint_step)
 
 
-def _translate(
+def own_env() -> dict[str, str]:
+    """The environment its commands run in: as many threads as nmt's rows."""
+    return {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+
+
+def decoding_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` for `onmt_translate`. OpenNMT-py pickles its options (argparse.Namespace) into
+    checkpoints, which torch >= 2.6 refuses to load by default; these are files it wrote in
+    a work folder of this script's."""
+    return {**env, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+
+
+def translate_command(
     bin_dir: Path, shared: Shared, checkpoint: Path, split: str, out: Path, beam: int
 ) -> list[str]:
     """The command that decodes pieces/SPLIT.en into `out` (it reports its own time,
@@ -207,18 +222,18 @@ def _curve(
     """Greedy validation BLEU every --curve steps and at the end, at the minute each
     checkpoint was written (the first checkpoint at or after each multiple of --curve, and
     the last)."""
-    steps = [_step(c) for c in checkpoints]
+    steps = [checkpoint_step(c) for c in checkpoints]
     picked = {
         next(c for c, n in zip(checkpoints, steps, strict=True) if n >= target)
         for target in range(args.curve, steps[-1] + 1, args.curve)
     } | {checkpoints[-1]}
-    for checkpoint in sorted(picked, key=_step):
+    for checkpoint in sorted(picked, key=checkpoint_step):
         out = args.work / "opennmt-py.val.hyp"
-        sh(_translate(bin_dir, shared, checkpoint, "val", out, 1), env=env)
+        sh(translate_command(bin_dir, shared, checkpoint, "val", out, 1), env=env)
         result.curve.append(
             {
                 "minutes": (checkpoint.stat().st_mtime - result.started) / 60,
-                "step": _step(checkpoint),
+                "step": checkpoint_step(checkpoint),
                 "val_bleu": bleu(depiece(out, shared.spm_model), args.data, "val"),
             }
         )
