@@ -116,7 +116,7 @@ def _readme_columns() -> dict[str, tuple[list[str], str]]:
         ("AMD EPYC Zen 4 (AVX512-BF16)", 20),
         ("AMD EPYC Zen 5 (AVX512-BF16)", 10),
         ("Xeon with AMX", 21),
-        ("Zen 5, feed_dropout (sessions 53-54)", 11),
+        ("Zen 5, feed_dropout (sessions 53-55)", 13),
     ],
     ids=["zen4", "zen5", "xeon", "zen5-feed-dropout"],
 )
