@@ -21,7 +21,8 @@ import repeats  # noqa: E402
 
 # What stands in for onmt_translate: refuses anything but greedy search, and writes in
 # sentencepiece's pieces (WORK's model) each reference sentence of --data's val.fr, the
-# first one written twice over: a repeat, and a sentence over twice its reference's length.
+# first one written twice over (a repeat, and a runaway sentence), the second with its last
+# three words again (a repeat only).
 FAKE_ONMT = f"""#!{sys.executable}
 import sys
 import sentencepiece as spm
@@ -32,6 +33,7 @@ work = sys.argv[0].removesuffix("/venv-onmt/bin/onmt_translate")
 sp = spm.SentencePieceProcessor(model_file=work + "/spm-run/spm.model")
 refs = open({str(TINY_DATA / "val.fr")!r}, encoding="utf-8").read().splitlines()
 refs[0] = refs[0] + " " + refs[0]
+refs[1] = refs[1] + " " + " ".join(refs[1].split()[-3:])
 with open(opts["-output"], "w", encoding="utf-8") as f:
     for ref in refs:
         f.write(" ".join(sp.encode(ref, out_type=str)) + "\\n")
@@ -69,10 +71,11 @@ def test_each_kept_checkpoint_decoded_and_read_side_by_side(tmp_path, tiny_run, 
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == "| model | 10 | 20 |"
     refs = read_lines(TINY_DATA / "val.fr")
-    onmt = [f"{refs[0]} {refs[0]}", *refs[1:]]  # what the stand-in wrote, its pieces joined
+    again = " ".join(refs[1].split()[-3:])
+    onmt = [f"{refs[0]} {refs[0]}", f"{refs[1]} {again}", *refs[2:]]  # the stand-in's, joined
     assert read_lines(keep / "OpenNMT-py.step-10.fr") == onmt
     c = repeats.count(onmt, refs, 3, 1.5)
-    assert c.repeating == repeats.count(refs, refs, 3, 1.5).repeating + 1 and c.runaway == 1
+    assert c.repeating == repeats.count(refs, refs, 3, 1.5).repeating + 2 and c.runaway == 1
     score = evaluate.bleu(onmt, refs).score
     # it saved no checkpoint at update 20: an empty cell
     assert lines[4] == f"| OpenNMT-py | {score:.1f}; {c.ratio:.3f}; {c.repeating}; 1 |  |"
