@@ -40,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import sentencepiece as spm
+
 from nmt import Translator
 from nmt.errors import NmtError, one_line
 from nmt.files import read_lines, write_lines
@@ -108,6 +110,10 @@ def onmt_model(work: Path) -> Model | None:
     for needed in (shared.spm_model, shared.pieces / f"{VAL}.en"):
         if not needed.is_file():
             raise NmtError(f"{work}: no {needed}; expected a compare_peers.py --work folder")
+    try:  # read before the first decoding, not after it
+        spm.SentencePieceProcessor(model_file=str(shared.spm_model))
+    except RuntimeError as e:
+        raise NmtError(f"{shared.spm_model}: not a sentencepiece model ({e})") from None
 
     def decode(checkpoint: Path, out: Path) -> list[str]:
         sh(translate_command(bin_dir, shared, checkpoint, VAL, out, 1), env=decoding_env(own_env()))
@@ -141,6 +147,8 @@ def table(args: argparse.Namespace, found: list[Model], out_dir: Path) -> list[s
     refs = read_lines(args.data / f"{VAL}.fr")
     nmt_kept = sorted({n for m in found if m.label != ONMT for n in m.checkpoints})
     steps = args.steps or nmt_kept
+    if not steps:
+        raise NmtError(f"{args.work}: no nmt run kept a step-N.pt checkpoint; give --steps")
     lines = [
         f"greedy on {VAL}: BLEU; length ratio; sentences repeating a {args.order}-gram; "
         f"over {args.runaway:g} x their reference + 2 words",

@@ -117,9 +117,10 @@ def test_steps_asked_for_and_another_nmt_run(tmp_path, tiny_run, capsys):
     [
         (lambda w: shutil.rmtree(w / "venv-onmt"), "onmt_translate"),
         (lambda w: (w / "pieces" / "val.en").unlink(), "expected a compare_peers.py --work"),
+        (lambda w: (w / "spm-run" / "spm.model").write_text("junk"), "not a sentencepiece"),
         (lambda w: [p.unlink() for p in (w / "nmt-fp32").glob("step-*.pt")], "no step-N.pt"),
     ],
-    ids=["no-onmt", "no-pieces", "no-checkpoints"],
+    ids=["no-onmt", "no-pieces", "damaged-spm", "no-checkpoints"],
 )
 def test_what_cannot_be_decoded_is_one_line(tmp_path, tiny_run, spoil, says):
     work = _work(tmp_path, tiny_run)
@@ -145,3 +146,15 @@ def test_an_existing_keep_folder_is_refused_untouched(tmp_path, tiny_run, capsys
         )
     assert e.value.code == 2 and "already exists" in capsys.readouterr().err
     assert [p.name for p in keep.iterdir()] == ["notes.txt"]
+
+
+def test_opennmt_py_alone_needs_the_steps_named(tmp_path, tiny_run, capsys):
+    work = _work(tmp_path, tiny_run, onmt_steps=(10, 20))
+    shutil.rmtree(work / "nmt-fp32")
+    with pytest.raises(SystemExit) as e:
+        checkpoint_repeats.main(["--work", str(work), "--data", str(TINY_DATA)])
+    assert "no nmt run kept a step-N.pt checkpoint; give --steps" in str(e.value)
+    checkpoint_repeats.main(["--work", str(work), "--data", str(TINY_DATA), "--steps", "20"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "| model | 20 |" and lines[4].startswith("| OpenNMT-py | ")
+    assert len(lines) == 5
