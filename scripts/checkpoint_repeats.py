@@ -33,7 +33,6 @@ on a small machine.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -45,6 +44,7 @@ import sentencepiece as spm
 from nmt import Translator
 from nmt.errors import NmtError, one_line
 from nmt.files import read_lines, write_lines
+from nmt.run_dir import step_checkpoints, step_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/, repeats
 
@@ -60,7 +60,6 @@ from peers.opennmt import (  # noqa: E402
 )
 from repeats import Counts, count  # noqa: E402
 
-NMT_STEP = re.compile(r"step-(\d+)\.pt")  # nmt.run_dir's step-N.pt
 ONMT = "OpenNMT-py"
 VAL = "val"
 
@@ -74,16 +73,6 @@ class Model:
     decode: Callable[[Path, Path], list[str]]  # checkpoint, hypothesis file -> the sentences
 
 
-def nmt_steps(run: Path) -> dict[int, Path]:
-    """An nmt run folder's step-N.pt files by N."""
-    found = {}
-    for path in run.glob("step-*.pt"):
-        matched = NMT_STEP.fullmatch(path.name)
-        if matched:
-            found[int(matched.group(1))] = path
-    return found
-
-
 def nmt_model(run: Path, data: Path, precision: str) -> Model:
     """An nmt run's model: greedy search as `nmt translate --beam 1` runs it."""
     sources = read_lines(data / f"{VAL}.en")
@@ -94,7 +83,8 @@ def nmt_model(run: Path, data: Path, precision: str) -> Model:
         write_lines(out, hyps)
         return hyps
 
-    return Model(run.name, nmt_steps(run), decode)
+    kept = {n: p for p in step_checkpoints(run) if (n := step_of(p)) is not None}
+    return Model(run.name, kept, decode)
 
 
 def onmt_model(work: Path) -> Model | None:
