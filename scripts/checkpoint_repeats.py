@@ -48,6 +48,7 @@ from nmt.run_dir import step_checkpoints, step_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/, repeats
 
+from argtypes import above_zero, whole  # noqa: E402
 from peers.common import bleu, depiece, sh, shared_of  # noqa: E402
 from peers.opennmt import (  # noqa: E402
     CHECKPOINTS,
@@ -167,18 +168,14 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--work", type=Path, required=True, help="a compare_peers.py --work folder")
     ap.add_argument("--data", type=Path, required=True, help="the corpus folder (val.en, val.fr)")
     ap.add_argument("--nmt", type=Path, action="append", default=[], help="another nmt run")
-    ap.add_argument("--steps", type=int, nargs="+", help="the updates (nmt's kept ones)")
+    ap.add_argument("--steps", type=whole(1), nargs="+", help="the updates (nmt's kept ones)")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--order", type=int, default=3, help="n of the repeated n-grams (3)")
-    ap.add_argument("--runaway", type=float, default=1.5, help="× its reference + 2 words")
+    ap.add_argument("--order", type=whole(1), default=3, help="n of the repeated n-grams (3)")
+    ap.add_argument(
+        "--runaway", type=above_zero("times"), default=1.5, help="× its reference + 2 words"
+    )
     ap.add_argument("--keep", type=Path, help="a new folder to keep the hypotheses in")
     args = ap.parse_args(argv)
-    if args.order < 1:
-        ap.error(f"--order {args.order}: expected 1 or more")
-    if not args.runaway > 0:  # also NaN
-        ap.error(f"--runaway {args.runaway}: expected a number above 0")
-    if args.steps and min(args.steps) < 1:
-        ap.error(f"--steps {min(args.steps)}: expected updates from 1 on")
     for name, path in (
         ("--work", args.work),
         ("--data", args.data),
