@@ -49,7 +49,7 @@ from nmt.run_dir import step_checkpoints, step_of
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/, repeats
 
 from argtypes import above_zero, whole  # noqa: E402
-from peers.common import bleu, depiece, sh, shared_of  # noqa: E402
+from peers.common import REFERENCE, bleu, depiece, sh, shared_of  # noqa: E402
 from peers.opennmt import (  # noqa: E402
     CHECKPOINTS,
     RUN_FOLDER,
@@ -61,7 +61,6 @@ from peers.opennmt import (  # noqa: E402
 )
 from repeats import Counts, count  # noqa: E402
 
-ONMT = "OpenNMT-py"
 VAL = "val"
 
 
@@ -112,7 +111,7 @@ def onmt_model(work: Path) -> Model | None:
         write_lines(out, hyps)  # its pieces joined, as nmt's file is
         return hyps
 
-    return Model(ONMT, checkpoints, decode)
+    return Model(REFERENCE, checkpoints, decode)
 
 
 def models(args: argparse.Namespace) -> list[Model]:
@@ -136,7 +135,7 @@ def cell(hyps: list[str], refs: list[str], args: argparse.Namespace, data: Path)
 
 def table(args: argparse.Namespace, found: list[Model], out_dir: Path) -> list[str]:
     refs = read_lines(args.data / f"{VAL}.fr")
-    nmt_kept = sorted({n for m in found if m.label != ONMT for n in m.checkpoints})
+    nmt_kept = sorted({n for m in found if m.label != REFERENCE for n in m.checkpoints})
     steps = args.steps or nmt_kept
     if not steps:
         raise NmtError(f"{args.work}: no nmt run kept a step-N.pt checkpoint; give --steps")

@@ -23,6 +23,7 @@ from typing import Any
 import sentencepiece as spm
 
 from nmt import evaluate, signals, typed
+from nmt.tokenizer import JOINT_FILE
 from peers.limit import Limit, limit_key
 from peers.turns import Turns, inside, per_turn, speed, stamp
 
@@ -68,7 +69,7 @@ class Shared:
 
 def shared_of(work: Path) -> Shared:
     """Where a --work folder keeps them: nmt's run of `nmt prepare` and the pieces."""
-    return Shared(work / SPM_RUN / "spm.model", work / "pieces")
+    return Shared(work / SPM_RUN / JOINT_FILE, work / "pieces")
 
 
 def run(
