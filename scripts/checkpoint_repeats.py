@@ -41,15 +41,15 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from nmt import Translator
+from nmt import Translator, evaluate
 from nmt.errors import NmtError, one_line
 from nmt.files import read_lines, write_lines
 from nmt.run_dir import step_checkpoints, step_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers/, repeats
 
-from argtypes import above_zero, whole  # noqa: E402
-from peers.common import REFERENCE, bleu, depiece, sh, shared_of  # noqa: E402
+from argtypes import whole  # noqa: E402
+from peers.common import REFERENCE, depiece, sh, shared_of  # noqa: E402
 from peers.opennmt import (  # noqa: E402
     CHECKPOINTS,
     RUN_FOLDER,
@@ -59,7 +59,7 @@ from peers.opennmt import (  # noqa: E402
     own_env,
     translate_command,
 )
-from repeats import Counts, count  # noqa: E402
+from repeats import Counts, count, count_options  # noqa: E402
 
 VAL = "val"
 
@@ -128,9 +128,9 @@ def models(args: argparse.Namespace) -> list[Model]:
     return ([onmt] if onmt else []) + found
 
 
-def cell(hyps: list[str], refs: list[str], args: argparse.Namespace, data: Path) -> str:
+def cell(hyps: list[str], refs: list[str], args: argparse.Namespace) -> str:
     c: Counts = count(hyps, refs, args.order, args.runaway)
-    return f"{bleu(hyps, data, VAL):.1f}; {c.ratio:.3f}; {c.repeating}; {c.runaway}"
+    return f"{evaluate.bleu(hyps, refs).score:.1f}; {c.ratio:.3f}; {c.repeating}; {c.runaway}"
 
 
 def table(args: argparse.Namespace, found: list[Model], out_dir: Path) -> list[str]:
@@ -156,7 +156,7 @@ def table(args: argparse.Namespace, found: list[Model], out_dir: Path) -> list[s
             hyps = model.decode(checkpoint, out_dir / f"{model.label}.step-{n}.fr")
             if len(hyps) != len(refs):
                 raise NmtError(f"{model.label} at update {n}: {len(hyps)} lines for {len(refs)}")
-            cells.append(cell(hyps, refs, args, args.data))
+            cells.append(cell(hyps, refs, args))
             print(f"  {model.label} at update {n:,}: {cells[-1]}", file=sys.stderr, flush=True)
         lines.append(f"| {model.label} | " + " | ".join(cells) + " |")
     return lines
@@ -169,10 +169,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--nmt", type=Path, action="append", default=[], help="another nmt run")
     ap.add_argument("--steps", type=whole(1), nargs="+", help="the updates (nmt's kept ones)")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--order", type=whole(1), default=3, help="n of the repeated n-grams (3)")
-    ap.add_argument(
-        "--runaway", type=above_zero("times"), default=1.5, help="× its reference + 2 words"
-    )
+    count_options(ap)
     ap.add_argument("--keep", type=Path, help="a new folder to keep the hypotheses in")
     args = ap.parse_args(argv)
     for name, path in (

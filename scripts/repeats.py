@@ -27,6 +27,8 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from argtypes import above_zero, whole
+
 from nmt.errors import NmtError, one_line
 from nmt.files import read_lines
 
@@ -68,6 +70,17 @@ def count(hyps: list[str], refs: list[str], order: int, runaway: float) -> Count
     )
 
 
+def count_options(parser: argparse.ArgumentParser) -> None:
+    """--order and --runaway, as `count` takes them (here and in checkpoint_repeats.py)."""
+    parser.add_argument("--order", type=whole(1), default=3, help="n of the repeated n-grams (3)")
+    parser.add_argument(
+        "--runaway",
+        type=above_zero("times"),
+        default=1.5,
+        help="a runaway sentence: over this × its reference + 2 words",
+    )
+
+
 def summary(name: str, c: Counts, order: int, runaway: float) -> str:
     return (
         f"{name}: length ratio {c.ratio:.3f} ({c.words:,} words for {c.ref_words:,}); "
@@ -92,15 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("hyps", nargs="+", type=Path, help="hypothesis files, a sentence a line")
     parser.add_argument("--ref", type=Path, required=True, help="the references, aligned")
-    parser.add_argument("--order", type=int, default=3, help="n of the repeated n-grams (3)")
-    parser.add_argument(
-        "--runaway", type=float, default=1.5, help="a runaway sentence: over this × its reference"
-    )
+    count_options(parser)
     args = parser.parse_args(argv)
-    if args.order < 1:
-        parser.error(f"--order {args.order}: expected 1 or more")
-    if not args.runaway > 0:  # also NaN
-        parser.error(f"--runaway {args.runaway}: expected a number above 0")
     with one_line():
         refs = read_lines(args.ref)
         if not any(r.split() for r in refs):

@@ -87,7 +87,6 @@ def test_each_kept_checkpoint_decoded_and_read_side_by_side(tmp_path, tiny_run, 
         hyps,
         refs,
         checkpoint_repeats.arguments(["--work", str(work), "--data", str(TINY_DATA)]),
-        TINY_DATA,
     )
     assert lines[5] == f"| nmt-fp32 | {nmt} | {nmt} |"
     assert sorted(p.name for p in keep.iterdir()) == [
