@@ -84,7 +84,6 @@ from peers.common import (  # noqa: E402
     CONFIG,
     DECODINGS,
     ROOT,
-    SPM_RUN,
     Decoding,
     Result,
     Shared,
@@ -287,7 +286,8 @@ def _shared_pieces(args: argparse.Namespace) -> Shared:
     """One sentencepiece model for all: nmt's tokenizer, trained once, and the corpus in its
     pieces. A folder this script made with an nmt that did not mark its runs (or a prepare
     cut short) is started again."""
-    spm_run = args.work / SPM_RUN
+    shared = shared_of(args.work)
+    spm_run = shared.spm_model.parent  # the run `nmt prepare` makes
     if spm_run.is_dir() and not (spm_run / OWNER_MARK).is_file():
         shutil.rmtree(spm_run)
     sh(
@@ -303,7 +303,6 @@ def _shared_pieces(args: argparse.Namespace) -> Shared:
             f"run.dir={spm_run}",
         ]
     )
-    shared = shared_of(args.work)
     encode_pieces(shared.spm_model, args.data, shared.pieces)
     return shared
 
