@@ -133,12 +133,22 @@ def cell(hyps: list[str], refs: list[str], args: argparse.Namespace) -> str:
     return f"{evaluate.bleu(hyps, refs).score:.1f}; {c.ratio:.3f}; {c.repeating}; {c.runaway}"
 
 
-def table(args: argparse.Namespace, found: list[Model], out_dir: Path) -> list[str]:
-    refs = read_lines(args.data / f"{VAL}.fr")
+def wanted_steps(args: argparse.Namespace, found: list[Model]) -> list[int]:
+    """--steps, else every update an nmt run kept; one line where no model has any."""
     nmt_kept = sorted({n for m in found if m.label != REFERENCE for n in m.checkpoints})
     steps = args.steps or nmt_kept
     if not steps:
         raise NmtError(f"{args.work}: no nmt run kept a step-N.pt checkpoint; give --steps")
+    if not any(n in m.checkpoints for m in found for n in steps):
+        asked = ", ".join(map(str, steps))
+        raise NmtError(f"{args.work}: no model kept a checkpoint at update {asked}")
+    return steps
+
+
+def table(
+    args: argparse.Namespace, found: list[Model], steps: list[int], out_dir: Path
+) -> list[str]:
+    refs = read_lines(args.data / f"{VAL}.fr")
     lines = [
         f"greedy on {VAL}: BLEU; length ratio; sentences repeating a {args.order}-gram; "
         f"over {args.runaway:g} x their reference + 2 words",
@@ -179,7 +189,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     ):
         if not path.is_dir():
             ap.error(f"{name} {path}: not a folder")
-    if args.keep is not None and args.keep.exists():
+    if args.keep is not None and (args.keep.exists() or args.keep.is_symlink()):
         ap.error(f"--keep {args.keep}: already exists; expected a new folder")
     return args
 
@@ -188,12 +198,13 @@ def main(argv: list[str] | None = None) -> None:
     args = arguments(argv)
     with one_line():
         found = models(args)  # what is missing is said before any folder is made
+        steps = wanted_steps(args, found)
         if args.keep is not None:
             args.keep.mkdir(parents=True)
-            lines = table(args, found, args.keep)
+            lines = table(args, found, steps, args.keep)
         else:
             with tempfile.TemporaryDirectory(prefix="checkpoint_repeats.") as tmp:
-                lines = table(args, found, Path(tmp))
+                lines = table(args, found, steps, Path(tmp))
     print("\n".join(lines))
 
 

@@ -51,7 +51,8 @@ class Counts:
 
 def repeats(words: list[str], order: int) -> bool:
     """Whether some `order` words in a row occur twice or more in `words`."""
-    grams = list(zip(*(words[i:] for i in range(order)), strict=False))
+    # a window at a time: the work is the sentence's length, whatever --order is
+    grams = [tuple(words[i : i + order]) for i in range(len(words) - order + 1)]
     return len(set(grams)) < len(grams)
 
 

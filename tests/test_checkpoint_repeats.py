@@ -157,3 +157,21 @@ def test_opennmt_py_alone_needs_the_steps_named(tmp_path, tiny_run, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == "| model | 20 |" and lines[4].startswith("| OpenNMT-py | ")
     assert len(lines) == 5
+
+
+def test_steps_no_model_kept_and_a_dangling_keep_link_are_one_line(tmp_path, tiny_run, capsys):
+    work = _work(tmp_path, tiny_run)
+    keep = tmp_path / "hyps"
+    with pytest.raises(SystemExit) as e:
+        checkpoint_repeats.main(
+            ["--work", str(work), "--data", str(TINY_DATA), "--steps", "7", "--keep", str(keep)]
+        )
+    assert "no model kept a checkpoint at update 7" in str(e.value) and not keep.exists()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")  # the user's link, dangling: not replaced
+    with pytest.raises(SystemExit) as e:
+        checkpoint_repeats.main(
+            ["--work", str(work), "--data", str(TINY_DATA), "--keep", str(link)]
+        )
+    assert e.value.code == 2 and "already exists" in capsys.readouterr().err
+    assert link.is_symlink() and not (tmp_path / "nowhere").exists()

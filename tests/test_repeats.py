@@ -74,3 +74,11 @@ def test_a_bad_flag_is_a_usage_error(tmp_path, flag):
     with pytest.raises(SystemExit) as e:
         repeats.main([str(tmp_path / "f"), "--ref", str(tmp_path / "f"), *flag])
     assert e.value.code == 2
+
+
+def test_an_order_far_beyond_any_sentence_finds_no_repeat_at_once(tmp_path, capsys):
+    """The n-grams are cut a window at a time: a huge --order costs nothing."""
+    assert not repeats.repeats(["a", "a", "a"], 10**20)
+    (tmp_path / "f").write_text("a a a a\n")
+    repeats.main([str(tmp_path / "f"), "--ref", str(tmp_path / "f"), "--order", str(10**20)])
+    assert "0 of 1 sentences repeat" in capsys.readouterr().out
