@@ -266,10 +266,18 @@ class TrainConfig:
     lr: float = _opt(1e-3, min=0.0, help="learning rate")
     betas: tuple[float, float] = _opt((0.9, 0.999), help="Adam's betas")
     weight_decay: float = _opt(0.0, min=0.0, help="weight decay")
-    schedule: Literal["constant", "inverse_sqrt", "linear", "cosine", "plateau"] = _opt(
-        "constant", help="learning-rate schedule; plateau: cut on the validation score"
+    schedule: Literal["constant", "inverse_sqrt", "linear", "cosine", "plateau", "step"] = _opt(
+        "constant",
+        help="learning-rate schedule; plateau: cut on the validation score; step: cut by "
+        "decay_factor every decay_every updates from update decay_start",
     )
     warmup_steps: int = _opt(0, min=0, help="linear warm-up updates")
+    # `step` is OpenNMT-py's decay (start_decay_steps, decay_steps, learning_rate_decay, with
+    # its defaults): the rate is cut a first time at update decay_start, then every
+    # decay_every updates.
+    decay_start: int = _opt(50000, min=1, help="step: the first update run at the cut rate")
+    decay_every: int = _opt(10000, min=1, help="step: updates between cuts")
+    decay_factor: float = _opt(0.5, min=0.0, max=1.0, help="step: the factor of each cut")
     plateau_factor: float = _opt(0.5, min=0.0, max=1.0, help="plateau: the factor of each cut")
     plateau_patience: int = _opt(
         2,

@@ -32,8 +32,11 @@ def lr_factor(cfg: TrainConfig, step: int, total_steps: int | None) -> float:
         return 1.0
     if cfg.schedule == "inverse_sqrt":
         return math.sqrt(max(warmup, 1) / n)
-    assert total_steps is not None  # checked by build_scheduler
     floor = cfg.min_lr / cfg.lr if cfg.lr else 0.0
+    if cfg.schedule == "step":  # update decay_start is the first one cut (as OpenNMT-py's)
+        cuts = (n - cfg.decay_start) // cfg.decay_every + 1 if n >= cfg.decay_start else 0
+        return max(floor, cfg.decay_factor**cuts)
+    assert total_steps is not None  # checked by Schedule
     progress = min(1.0, (n - warmup) / max(1, total_steps - warmup))
     if cfg.schedule == "linear":
         return floor + (1.0 - floor) * (1.0 - progress)
