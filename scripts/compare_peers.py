@@ -25,6 +25,11 @@ each decoded greedily on the validation set afterwards. `--plot FILE.png` draws 
     .venv/bin/python scripts/compare_peers.py --minutes 15 --only nmt-fp32,opennmt-py \
         --nmt-config configs/multi30k_en_fr.yaml --curve 250 --plot docs/curve.png
 
+`--decay START,EVERY,FACTOR` has both toolkits cut the learning rate by FACTOR at update
+START and every EVERY updates after it: OpenNMT-py's own decay (start_decay_steps,
+decay_steps, learning_rate_decay) and nmt's `train.schedule: step`, the same rate at every
+update (Joey NMT's row is left out).
+
 Training speed is target tokens/s (non-pad, EOS included) as each toolkit logs it per log
 window, the median of the windows after the first (which holds start-up). Each row also
 gives its share of the machine's own limit for the model (`peers/limit.py`: the tokens/s
@@ -47,7 +52,7 @@ command N times, the rows in turns (every command's first run, then every one's 
 machine's drift falls on all rows alike), and reports the medians (one cold run moves by
 ±20 % here), and `--redecode` decodes the previous run's models again without training (its
 training figures and limits kept from --out, and what it trained with: minutes, updates, seed,
-turns). --out is written once all rows have trained,
+turns, overrides, decay). --out is written once all rows have trained,
 their decoding cells empty, and again once they have decoded: a run stopped while decoding
 (a time limit) keeps its training figures, and `--redecode` fills the cells.
 `--int8`, `--decode-precision P` and `--decode-workers N` decode nmt's rows as `nmt
@@ -95,7 +100,14 @@ from peers.common import (  # noqa: E402
     turn_rates,
 )
 from peers.limit import Cpu, Limit, Timings, limit_key, this_cpu, timed_pass  # noqa: E402
-from peers.options import check_decoding, check_files, decoding_arguments, nmt_config  # noqa: E402
+from peers.options import (  # noqa: E402
+    check_decoding,
+    check_files,
+    check_training,
+    decoding_arguments,
+    nmt_config,
+    training_arguments,
+)
 from peers.previous import check_redecoded, kept_rows, previous_run  # noqa: E402
 from peers.report import Report, plot  # noqa: E402
 from peers.turns import same_spells, taking_turns, together  # noqa: E402
@@ -257,6 +269,7 @@ def _arguments() -> argparse.Namespace:
         help="train every row at once, taking turns of SECONDS (the others stopped), so all "
         "meet the same slow spells of a shared CPU; --minutes are each row's running ones",
     )
+    training_arguments(ap)
     decoding_arguments(ap)
     ap.add_argument(
         "--only",
@@ -271,6 +284,7 @@ def _arguments() -> argparse.Namespace:
     if not (args.data / "train.en").is_file():
         ap.error(f"--data {args.data}: no train.en there; expected Multi30k's files")
     check_decoding(ap, args)
+    check_training(ap, args)
     if args.interleave and args.again:
         ap.error(f"--interleave and {args.again}: {args.again} trains nothing")
     if args.interleave and args.curve:  # the points' minutes are nmt's own, by the clock

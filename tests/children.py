@@ -1,6 +1,6 @@
 """What the tests that start a program of their own share: `python -c` run alone, so that a
-hang fails the test instead of holding the suite; and a program that gets Ctrl-C while code
-of the repository starts a process."""
+hang fails the test instead of holding the suite; a script's refusal of its arguments; and a
+program that gets Ctrl-C while code of the repository starts a process."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,20 @@ def run_alone(args: list[str], *, hung: str) -> subprocess.CompletedProcess[str]
         proc.communicate()
         pytest.fail(hung)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def refusal(script: Path, *args: str) -> str:
+    """The one line `script` (run from the repository's root) says as it refuses `args`:
+    argparse's exit 2, no traceback."""
+    proc = subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=script.parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stderr.strip().splitlines()[-1]
 
 
 # A program that runs `code` (argv[2], with argv[1] on its path), which starts a process

@@ -160,6 +160,7 @@ def _config(args: argparse.Namespace, pieces: Path, home: Path) -> dict:
         "world_size": 1,
         "gpu_ranks": [],
         "num_workers": 0,
+        **(args.decay.opennmt() if args.decay else {}),
     }
 
 

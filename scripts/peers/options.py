@@ -1,10 +1,13 @@
-"""compare_peers.py's options of how the rows decode (`--int8`, `--decode-precision`,
-`--decode-workers`, ...) and whether they train first (`--redecode`), and the check that
-they fit together and this machine; the check of the files it reads and writes."""
+"""compare_peers.py's options of how the rows train (`--decay`) and decode (`--int8`,
+`--decode-precision`, `--decode-workers`, ...) and whether they train first (`--redecode`),
+and the check that they fit together and this machine; the check of the files it reads and
+writes."""
 
 from __future__ import annotations
 
 import argparse
+import math
+from typing import NamedTuple
 
 import argtypes
 import torch
@@ -60,6 +63,77 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
         help="nmt's rows decode in N worker processes of (cores / N) threads each (nmt "
         "translate --workers N; CPU only); the peers decode as they do",
     )
+
+
+class Decay(NamedTuple):
+    """`--decay START,EVERY,FACTOR`: both toolkits cut their learning rate by FACTOR at update
+    START and every EVERY updates after it (OpenNMT-py's own decay; nmt's `schedule: step`)."""
+
+    start: int
+    every: int
+    factor: float
+
+    def nmt_set(self) -> list[str]:
+        """The same schedule in nmt's keys, as --nmt-set overrides."""
+        return [
+            "train.schedule=step",
+            f"train.decay_start={self.start}",
+            f"train.decay_every={self.every}",
+            f"train.decay_factor={self.factor}",
+        ]
+
+    def opennmt(self) -> dict[str, float]:
+        """The same schedule in OpenNMT-py's options."""
+        return {
+            "start_decay_steps": self.start,
+            "decay_steps": self.every,
+            "learning_rate_decay": self.factor,
+        }
+
+
+def decay(text: str) -> Decay:
+    """'800,100,0.5' -> Decay(800, 100, 0.5)."""
+    parts = text.split(",")
+    try:
+        start, every = (argtypes.whole(1)(p) for p in parts[:2])
+        factor = float(parts[2]) if len(parts) == 3 else math.nan
+    except (argparse.ArgumentTypeError, ValueError):
+        factor = math.nan
+    if not 0.0 <= factor <= 1.0:  # nan too
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected START,EVERY,FACTOR: two whole numbers >= 1 and a factor in [0, 1]"
+        )
+    return Decay(start, every, factor)
+
+
+def training_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of how every row trains, beside the budget and the seed."""
+    ap.add_argument(
+        "--decay",
+        type=decay,
+        metavar="START,EVERY,FACTOR",
+        help="every row cuts its learning rate by FACTOR at update START and every EVERY "
+        "updates after (OpenNMT-py's start_decay_steps, decay_steps, learning_rate_decay; "
+        "nmt's train.schedule=step); default: the reference's constant rate",
+    )
+
+
+def check_training(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """One `ap.error` where --decay cannot apply to every row asked for; else its schedule
+    joins nmt's overrides."""
+    if not args.decay:
+        return
+    if args.again:
+        ap.error(f"--decay and {args.again}: {args.again} trains nothing")
+    if "joeynmt" in args.only:
+        ap.error(
+            "--decay: Joey NMT's row trains at the reference's constant rate; leave it "
+            "out of --only"
+        )
+    keys = ("train.schedule=", "train.decay_")
+    if clash := [s for s in args.nmt_set if s.replace(" ", "").startswith(keys)]:
+        ap.error(f"--decay and --nmt-set {clash[0]}: the schedule is set twice")
+    args.nmt_set = [*args.nmt_set, *args.decay.nmt_set()]
 
 
 def check_decoding(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -23,7 +23,8 @@ class PreviousRun:
     """What the run before wrote to --out: its rows and its limits (by limit key), the seed
     and number of updates it trained with (updates 0: a run of --minutes; seed None: a run
     from before --seed), the CPU it measured on (None: a run that did not say), and the
-    seconds of its rows' turns (0: one row after another; --interleave) and their minutes."""
+    seconds of its rows' turns (0: one row after another; --interleave) and their minutes,
+    and how nmt's rows were set (--nmt-set) and every row's rate decayed (--decay)."""
 
     results: list[Result]
     limits: dict[str, Limit]
@@ -32,6 +33,8 @@ class PreviousRun:
     cpu: Cpu | None = None
     interleave: float = 0.0
     minutes: float | None = None  # each row's time budget (0: a run of --updates; None: unsaid)
+    nmt_set: tuple[str, ...] = ()  # nmt's overrides, --decay's among them
+    decay: tuple[float, ...] | None = None  # --decay's START, EVERY, FACTOR; None: none
 
 
 def previous_run(out: Path, flag: str) -> PreviousRun:
@@ -59,6 +62,8 @@ def previous_run(out: Path, flag: str) -> PreviousRun:
             Cpu(own.cpu, own.cpu_id, tuple(own.cpu_flags or ())) if own.cpu else None,
             own.interleave or 0.0,
             own.minutes,
+            tuple(own.nmt_set or ()),
+            tuple(own.decay) if own.decay else None,
         )
     except ValueError as e:
         raise SystemExit(f"{damaged} ({e})") from None
@@ -76,6 +81,8 @@ class _Own:
     cpu_flags: list[str] | None = None
     interleave: float | None = typed.option(None, min=0)  # seconds a turn; 0: none
     minutes: float | None = typed.option(None, min=0)
+    nmt_set: list[str] | None = None
+    decay: list[float] | None = None
 
 
 def _typed(cls: type, raw: Any, where: str) -> Any:

@@ -27,7 +27,8 @@ class Report:
     gpu: str | None
     limits: dict[str, Limit]
     # --redecode: the run decoded again, whose training figures the rows keep; the file then
-    # says how that run trained (budget, seed, turns), not what this command's flags were
+    # says how that run trained (budget, seed, turns, overrides, decay), not what this
+    # command's flags were
     trained: PreviousRun | None = None
 
     def write(self, results: list[Result], *, decoded: bool) -> None:
@@ -53,7 +54,8 @@ class Report:
             "decoded": decoded,
             "seed": trained.seed,
             "nmt_config": str(args.nmt_config),
-            "nmt_set": args.nmt_set,
+            "nmt_set": list(trained.nmt_set),
+            "decay": list(trained.decay) if trained.decay else None,
             "interleave": trained.interleave,
             "results": [asdict(r) for r in results],
         }
