@@ -25,6 +25,9 @@ family their sessions' notes read off `lscpu` (`NOTED_FAMILY`), with a later run
 where the runs read name one. A run given twice (one file by two names, or a copy of it) is
 refused: it would weigh twice in every range. Reads files only.
 
+Runs whose learning rate decayed (`compare_peers.py --decay`) are a group of their own
+beside their CPU's, one for each decay.
+
 `--spread` adds how much each yardstick moves from run to run on one CPU (`spread_lines`), the
 runs whose rows took turns (`compare_peers.py --interleave`) apart from the others.
 """
@@ -49,7 +52,7 @@ from peers.common import (  # noqa: E402
     model_of,
     share_of_limit,
 )
-from peers.previous import PreviousRun, previous_run  # noqa: E402
+from peers.previous import PreviousRun, decay_flag, previous_run  # noqa: E402
 from peers.spread import correlation, variation  # noqa: E402
 
 OURS = "nmt"  # the rows whose figures are gathered (their model's name starts so)
@@ -127,12 +130,14 @@ def groups(runs: list[tuple[Path, PreviousRun]]) -> dict[Path, str]:
 
 def what(run: PreviousRun) -> str:
     """How long its rows trained: '1,000 updates, seed 12', or 'a time budget' (--minutes),
-    then ', in turns of 20 s' where they took turns (--interleave)."""
-    turns = f", in turns of {run.interleave:g} s" if run.interleave else ""
+    then ', in turns of 20 s' where they took turns (--interleave) and ', --decay
+    800,100,0.5' where their learning rate decayed."""
+    how = f", in turns of {run.interleave:g} s" if run.interleave else ""
+    how += f", {decay_flag(run.decay)}" if run.decay else ""
     if not run.updates:
-        return "a time budget" + turns
+        return "a time budget" + how
     seed = "" if run.seed is None else f", seed {run.seed}"
-    return f"{run.updates:,} updates{seed}{turns}"
+    return f"{run.updates:,} updates{seed}{how}"
 
 
 def ways(group: dict[Path, str], runs: list[tuple[Path, PreviousRun]]) -> dict[Path, str]:
@@ -140,6 +145,15 @@ def ways(group: dict[Path, str], runs: list[tuple[Path, PreviousRun]]) -> dict[P
     trained one after another: for `--spread`, which asks how much a way of measuring moves
     from run to run (and a run in turns reads its tokens/s from its turns' windows)."""
     return {path: group[path] + (IN_TURNS if run.interleave else "") for path, run in runs}
+
+
+def schedules(group: dict[Path, str], runs: list[tuple[Path, PreviousRun]]) -> dict[Path, str]:
+    """`group` with the runs whose learning rate decayed (`compare_peers.py --decay`) apart,
+    a group for each decay: their models, and so their BLEU and decoding, are others."""
+    return {
+        path: group[path] + (f", {decay_flag(run.decay)}" if run.decay else "")
+        for path, run in runs
+    }
 
 
 def reference(run: PreviousRun) -> Result | None:
@@ -342,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = ap.parse_args(argv)
     runs = read_once(args.runs)
-    group = groups(runs)
+    group = schedules(groups(runs), runs)
     counts = Counter(group.values())
     by_cpu = gather(runs, group)
     if not by_cpu:

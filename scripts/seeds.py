@@ -11,7 +11,8 @@ its standard error (their standard deviation / √n).
     .venv/bin/python scripts/seeds.py results/compare_peers_1000_updates_int8_s34_passes.json \\
         results/compare_peers_1000_updates_int8_s40_seed{2,3,4}.json
 
-Each file is a run's --out. The runs are of one number of updates and of seeds of their own.
+Each file is a run's --out. The runs are of one number of updates and one learning-rate
+schedule (`compare_peers.py --decay` or none), and of seeds of their own.
 A row is a model ("nmt fp32", however it decoded); one missing from a run, or whose decoding
 BLEU is missing from it (a run stopped while decoding: `--redecode` fills it), is left out,
 said below the table. Runs of several CPUs are read alike (BLEU barely moves with the
@@ -36,7 +37,7 @@ from peers.common import (  # noqa: E402
     finite,
     model_of,
 )
-from peers.previous import PreviousRun, previous_run  # noqa: E402
+from peers.previous import PreviousRun, decay_flag, previous_run  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class Seeds:
 
 def checked_runs(paths: list[Path]) -> list[tuple[Path, PreviousRun]]:
     """The runs, in seed order; one line (SystemExit) naming the file where a run is of
-    --minutes, of another number of updates than the first, or of a seed already read."""
+    --minutes, of another number of updates or learning-rate decay than the first, or of a
+    seed already read."""
     runs = [(p, previous_run(p, "seeds.py")) for p in paths]
     first, seen = runs[0], {}
     for path, run in runs:
@@ -65,6 +67,11 @@ def checked_runs(paths: list[Path]) -> list[tuple[Path, PreviousRun]]:
             raise SystemExit(
                 f"seeds.py: {path} trained {run.updates} updates, {first[0]} "
                 f"{first[1].updates}; expected runs of one number of updates"
+            )
+        if run.decay != first[1].decay:  # BLEU after N updates moves with the schedule
+            raise SystemExit(
+                f"seeds.py: {path} trained with {decay_flag(run.decay)}, {first[0]} with "
+                f"{decay_flag(first[1].decay)}; expected runs of one learning-rate schedule"
             )
         if run.seed is None:
             raise SystemExit(f"seeds.py: {path} has no seed (a run from before --seed)")

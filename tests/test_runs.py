@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -341,3 +342,21 @@ def test_a_runs_turns_below_0_are_a_damaged_file_in_one_line(tmp_path):
     bad = _run(tmp_path, "a.json", [_row(ONMT, 1000), _row("nmt fp32", 2000)], interleave=-20)
     with pytest.raises(SystemExit, match=r"is not a run .*interleave: -20.0 is below the min"):
         runs.main([bad])
+
+
+def test_runs_whose_learning_rate_decayed_are_a_group_of_their_own(tmp_path, capsys):
+    """Their BLEU is another model's: a range over both would mix two schedules."""
+    rows = [_row(ONMT, 1000, decode=(10.0, 40.0, 20.0, 41.0))]
+    plain = _run(tmp_path, "a.json", [*rows, _row("nmt fp32", 2000, decode=(2, 40, 5, 41))])
+    decayed = json.loads(Path(plain).read_text()) | {"decay": [800, 100, 0.5], "seed": 2}
+    decayed["results"][1] = _row("nmt fp32", 3000, decode=(2.5, 38, 5, 41))
+    (tmp_path / "b.json").write_text(json.dumps(decayed))
+    runs.main([plain, str(tmp_path / "b.json")])
+    out = capsys.readouterr().out.splitlines()
+    zen4 = "AMD EPYC (family 25, model 17)"
+    assert out[3].startswith(f"| b.json | {zen4} | 1,000 updates, seed 2, --decay 800,100,0.5 |")
+    assert [line for line in out if line.startswith("| AMD EPYC")] == [
+        f"| {zen4} (1) | nmt fp32 | 2.00× | 50.0 % | 5.00×, 0 of 1 | 4.00×, 0 of 1 |",
+        f"| {zen4}, --decay 800,100,0.5 (1) | nmt fp32 | 3.00× | 75.0 % | 4.00×, 1 of 1 | "
+        "4.00×, 0 of 1 |",
+    ]

@@ -16,13 +16,14 @@ import seeds  # noqa: E402
 RESULTS = ROOT / "results"
 
 
-def _run_file(tmp_path, name: str, rows: dict, *, seed=1, updates=1000) -> str:
-    """A compare_peers.py --out file with `rows`: model name -> (greedy, beam 5) BLEU or None."""
+def _run_file(tmp_path, name: str, rows: dict, *, seed=1, updates=1000, **fields) -> str:
+    """A compare_peers.py --out file with `rows`: model name -> (greedy, beam 5) BLEU or None;
+    `fields`: the run's others."""
     results = []
     for model, bleu in rows.items():
         decode = {} if bleu is None else {"greedy": {"bleu": bleu[0]}, "beam5": {"bleu": bleu[1]}}
         results.append({"name": model, "decode": decode})
-    run = {"limits": {}, "results": results, "seed": seed, "updates": updates}
+    run = {"limits": {}, "results": results, "seed": seed, "updates": updates, **fields}
     path = tmp_path / name
     path.write_text(json.dumps(run))
     return str(path)
@@ -101,8 +102,13 @@ def test_a_row_not_decoded_in_every_run_is_left_out_with_a_word(tmp_path, capsys
         ({"updates": 700}, "b.json trained 700 updates"),
         ({"seed": 1}, "b.json is seed 1 again"),
         ({"seed": None}, "b.json has no seed"),
+        (
+            {"decay": [800, 100, 0.5]},
+            "b.json trained with --decay 800,100,0.5, .*a.json with no --decay; expected runs "
+            "of one learning-rate schedule",
+        ),
     ],
-    ids=["minutes", "other updates", "same seed", "no seed"],
+    ids=["minutes", "other updates", "same seed", "no seed", "decay"],
 )
 def test_runs_that_do_not_compare_are_refused_in_one_line(tmp_path, second, says):
     one = _run_file(tmp_path, "a.json", {"OpenNMT-py": (40, 41)})

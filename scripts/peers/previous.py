@@ -85,6 +85,11 @@ class _Own:
     decay: list[float] | None = None
 
 
+def decay_flag(decay: tuple[float, ...] | None) -> str:
+    """How a run's learning-rate decay reads: '--decay 800,100,0.5', or 'no --decay'."""
+    return "--decay " + ",".join(f"{x:g}" for x in decay) if decay else "no --decay"
+
+
 def _typed(cls: type, raw: Any, where: str) -> Any:
     """Dataclass `cls` from `raw`, a ValueError naming `where` and the first problem found."""
     try:
