@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -97,6 +98,10 @@ def cut(text: str, limit: int) -> str:
 
 
 _MISSING = object()
+# A number in exponent form without a dot (`1e-4`): YAML 1.1, PyYAML's, reads it as a string,
+# where YAML 1.2 and JSON read the number every config means. A number field takes it as one;
+# a string field keeps the text as written.
+_EXPONENT = re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+\Z")
 # What each scalar type accepts from YAML (bool is an int in Python, so it is kept apart).
 _SCALARS: dict[Any, tuple[type, ...]] = {
     bool: (bool,),
@@ -141,6 +146,8 @@ class _Checker:
         if tp is Any:
             return value
         accepts = _SCALARS.get(tp)
+        if tp is float and isinstance(value, str) and _EXPONENT.match(value):
+            value = float(value)  # `lr: 1e-4`: YAML 1.1 reads it as a string (`_EXPONENT`)
         bool_mixup = isinstance(value, bool) and tp is not bool
         if accepts is not None and isinstance(value, accepts) and not bool_mixup:
             if tp is float and not math.isfinite(typing.cast(float, value)):  # .nan, .inf

@@ -143,6 +143,24 @@ def test_overrides_are_type_checked_like_the_file():
     assert "did you mean 'lr'" in problem
 
 
+def test_a_number_in_exponent_form_is_a_number_where_a_number_is_expected(tmp_path):
+    """`lr: 1e-4` is how configs spell a learning rate; PyYAML (YAML 1.1) reads it as a
+    string. A number field takes it as the number; a string field keeps the text."""
+    path = tmp_path / "run.yaml"
+    path.write_text("name: 1e5\ntrain:\n  lr: 1e-4\n  min_lr: 2E-6\n  decay_factor: .5\n")
+    cfg = load_config(path, ["train.betas=[0.9, 9.8e-1]", "train.plateau_factor=+5e-1"])
+    assert (cfg.train.lr, cfg.train.min_lr, cfg.train.decay_factor) == (1e-4, 2e-6, 0.5)
+    assert cfg.train.betas == (0.9, 0.98) and cfg.train.plateau_factor == 0.5
+    assert cfg.name == "1e5"
+    assert problems_of({}, ["train.lr=-1e-4"]) == ["train.lr: -0.0001 is below the minimum 0.0"]
+    assert problems_of({}, ["train.lr=1e999"])[0].startswith("train.lr: expected a finite")
+    for not_a_number in ("1e", "e4", "1e-4x", "1e-4.5", "1e 4"):
+        (problem,) = problems_of({}, [f"train.lr={not_a_number}"])
+        assert problem.startswith("train.lr: expected a number"), not_a_number
+    (problem,) = problems_of({}, ["train.max_steps=1e4"])  # a whole number stays one
+    assert problem.startswith("train.max_steps: expected an integer")
+
+
 def test_load_config_file_env_and_override_precedence(tmp_path, monkeypatch):
     path = tmp_path / "my_run.yaml"
     path.write_text("data:\n  root: from_file\n  dir: m30k\nmodel:\n  attention: dot\n")
