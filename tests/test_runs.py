@@ -360,3 +360,12 @@ def test_runs_whose_learning_rate_decayed_are_a_group_of_their_own(tmp_path, cap
         f"| {zen4}, --decay 800,100,0.5 (1) | nmt fp32 | 3.00× | 75.0 % | 4.00×, 1 of 1 | "
         "4.00×, 0 of 1 |",
     ]
+
+
+def test_a_decay_not_of_three_numbers_is_a_damaged_file_in_one_line(tmp_path):
+    """`--decay` is START, EVERY, FACTOR: a run's file with fewer is refused, not read as a
+    decay of its own."""
+    path = Path(_run(tmp_path, "a.json", [_row(ONMT, 1000), _row("nmt fp32", 2000)]))
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"decay": [800]}))
+    with pytest.raises(SystemExit, match=r"is not a run .*decay: expected START, EVERY, FACTOR"):
+        runs.main([str(path)])

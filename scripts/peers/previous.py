@@ -54,6 +54,8 @@ def previous_run(out: Path, flag: str) -> PreviousRun:
         raise SystemExit(f"{damaged} (results not a list, or limits not a mapping)")
     try:  # each field's type checked as a config's are (`nmt.typed.build`)
         own = _typed(_Own, {f.name: run.get(f.name) for f in dataclasses.fields(_Own)}, "run")
+        if own.decay and len(own.decay) != 3:
+            raise ValueError(f"run: decay: expected START, EVERY, FACTOR, got {own.decay}")
         return PreviousRun(
             [_typed(Result, r, f"results[{i}]") for i, r in enumerate(run["results"])],
             {key: _typed(Limit, d, f"limits.{key}") for key, d in run["limits"].items()},
