@@ -401,6 +401,12 @@ def _cross_checks(cfg: Config) -> list[str]:
             f"model.bridge: copy needs dec_hidden = 2 x enc_hidden ({2 * m.enc_hidden}), "
             f"got {m.dec_hidden}; use linear"
         )
+    t = cfg.train
+    if t.min_lr > t.lr and t.schedule in ("linear", "cosine", "plateau", "step"):
+        problems.append(  # linear, cosine and step would rise above lr; plateau never cut
+            f"train.min_lr: {t.min_lr} is above train.lr ({t.lr}); the {t.schedule} "
+            "schedule's floor must be at most the rate"
+        )
     if cfg.train.average_last > cfg.train.keep_last:
         problems.append(
             f"train.average_last: {cfg.train.average_last} checkpoints to average, but only "

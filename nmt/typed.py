@@ -89,8 +89,9 @@ def type_name(tp: Any) -> str:
 
 def show(value: Any, limit: int = 60) -> str:
     """`repr(value)` for an error message, cut to `limit` characters: a value can be huge
-    (a YAML file that expands, a pasted corpus) and the message stays one readable line."""
-    return cut(repr(value), limit)
+    (a YAML file that expands, a pasted corpus) and the message stays one readable line.
+    A number read from YAML is shown as the file wrote it (`1e4`, not 10000.0)."""
+    return cut(value.text if isinstance(value, _Written) else repr(value), limit)
 
 
 def cut(text: str, limit: int) -> str:
@@ -98,10 +99,6 @@ def cut(text: str, limit: int) -> str:
 
 
 _MISSING = object()
-# A number in exponent form without a dot (`1e-4`): YAML 1.1, PyYAML's, reads it as a string,
-# where YAML 1.2 and JSON read the number every config means. A number field takes it as one;
-# a string field keeps the text as written.
-_EXPONENT = re.compile(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+\Z")
 # What each scalar type accepts from YAML (bool is an int in Python, so it is kept apart).
 _SCALARS: dict[Any, tuple[type, ...]] = {
     bool: (bool,),
@@ -145,9 +142,9 @@ class _Checker:
             return self._container(value, tp, path)
         if tp is Any:
             return value
+        if isinstance(value, _Written):
+            value = value.read_as(tp)  # a plain YAML scalar: the schema says how to read it
         accepts = _SCALARS.get(tp)
-        if tp is float and isinstance(value, str) and _EXPONENT.match(value):
-            value = float(value)  # `lr: 1e-4`: YAML 1.1 reads it as a string (`_EXPONENT`)
         bool_mixup = isinstance(value, bool) and tp is not bool
         if accepts is not None and isinstance(value, accepts) and not bool_mixup:
             if tp is float and not math.isfinite(typing.cast(float, value)):  # .nan, .inf
@@ -275,6 +272,84 @@ class _Loader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+class _Written:
+    """A plain YAML scalar that YAML 1.1 (PyYAML's) reads as something other than text, with
+    the text as the file wrote it. The schema says how it is read: a string field keeps the
+    text, where YAML 1.1 had made a Norwegian `src_lang: no` False and `name: 1.50` 1.5; a
+    number or a yes/no field takes the value. Shown as written in messages (`1e4`)."""
+
+    text: str
+    base: type  # the value's own type
+
+    def __new__(cls, value: Any, text: str) -> Any:
+        out = super().__new__(cls, value)  # type: ignore[call-arg]
+        out.text = text
+        return out
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles keep the text
+        return type(self), (self.base(self), self.text)
+
+    def read_as(self, tp: Any) -> Any:
+        return self.text if tp is str else self
+
+
+class _Int(_Written, int):
+    base = int
+
+
+class _Float(_Written, float):
+    base = float
+
+
+class _Word(_Written, str):
+    """yes/no/on/off: a bool only where the schema expects one; text everywhere else."""
+
+    base = str
+
+    def __repr__(self) -> str:
+        return repr(self.text)
+
+    def read_as(self, tp: Any) -> Any:
+        return self.lower() in ("yes", "on") if tp is bool else self.text
+
+
+def _written(kind: type, construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def read(loader: Any, node: Any) -> Any:
+        try:
+            return kind(construct(loader, node), node.value)
+        except ValueError:  # Python reads an int of at most 4,300 digits
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"a number of {len(node.value):,} characters is too long to read",
+                node.start_mark,
+            ) from None
+
+    return read
+
+
+def _bool(loader: Any, node: Any) -> Any:
+    value = loader.construct_yaml_bool(node)
+    return value if node.value.lower() in ("true", "false") else _Word(node.value, node.value)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _written(_Int, _Loader.construct_yaml_int))
+_Loader.add_constructor("tag:yaml.org,2002:float", _written(_Float, _Loader.construct_yaml_float))
+_Loader.add_constructor("tag:yaml.org,2002:bool", _bool)
+# No field holds a date: `name: 2026-11-29` is the text, not a datetime.date.
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: str(node.value))
+# YAML 1.2's (and JSON's) exponent forms that YAML 1.1 reads as strings: `1e-4`, `2E6`,
+# `1.5e4` (1.1 wants a dot and a signed exponent). Every config means the number.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+
 def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
 
@@ -300,8 +375,8 @@ def apply_override(raw: dict[str, Any], parts: list[str], value: Any) -> None:
     node = raw
     for p in parts[:-1]:
         child = node.get(p)
-        if not isinstance(child, dict):
-            child = {}
-            node[p] = child
+        # a copy of each level on the way: the caller's nested mappings stay as they were
+        child = dict(child) if isinstance(child, dict) else {}
+        node[p] = child
         node = child
     node[parts[-1]] = value

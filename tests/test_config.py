@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from nmt.config import (
@@ -12,6 +14,7 @@ from nmt.config import (
     load_config,
     parse_override,
 )
+from nmt.typed import load_yaml
 
 
 def problems_of(raw: dict, overrides: tuple[str, ...] = ()) -> list[str]:
@@ -159,6 +162,56 @@ def test_a_number_in_exponent_form_is_a_number_where_a_number_is_expected(tmp_pa
         assert problem.startswith("train.lr: expected a number"), not_a_number
     (problem,) = problems_of({}, ["train.max_steps=1e4"])  # a whole number stays one
     assert problem.startswith("train.max_steps: expected an integer")
+
+
+def test_yaml_1_1_words_and_numbers_are_read_as_the_field_expects(tmp_path):
+    """PyYAML reads YAML 1.1: `no` is False (Norwegian's code), `1.50` is 1.5, a date is a
+    datetime. A string field keeps the text as written; a bool or number field the value."""
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "name: 2026-11-29\ndata:\n  src_lang: no\n  tgt_lang: 1.50\n"
+        "  lowercase: on\n  cache: no\nmodel:\n  tie_embeddings: off\ntrain:\n  max_steps: 0x10\n"
+    )
+    cfg = load_config(path, ["run.dir=off", "train.lr=5E-4"])
+    assert (cfg.name, cfg.data.src_lang, cfg.data.tgt_lang) == ("2026-11-29", "no", "1.50")
+    assert (cfg.data.lowercase, cfg.data.cache, cfg.model.tie_embeddings) == (True, False, False)
+    assert (cfg.run.dir, cfg.train.max_steps, cfg.train.lr) == ("off", 16, 5e-4)
+    assert type(cfg.train.lr) is float and type(cfg.train.max_steps) is int
+    copied = copy.deepcopy(load_yaml("a: 1.50\nb: no"))  # a copy keeps the text too
+    assert copied == {"a": 1.5, "b": "no"} and (repr(copied["a"]), repr(copied["b"])) == (
+        "1.50",
+        "'no'",
+    )
+    path.write_text("train:\n  lr: '1e-4'\n  max_steps: 1e4\nmodel:\n  dropout: off\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert sorted(info.value.problems) == [
+        "model.dropout: expected a number, got 'off'",
+        "train.lr: expected a number, got '1e-4'",  # quoted is text, as '0.5' is
+        "train.max_steps: expected an integer, got 1e4",  # shown as written
+    ]
+    path.write_text("train:\n  max_steps: " + "9" * 5000 + "\n")  # past Python's 4,300 digits
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [
+        "line 2, column 14: invalid YAML (a number of 5,000 characters is too long to read)"
+    ]
+
+
+def test_overrides_leave_the_callers_mapping_as_it_was():
+    raw = {"train": {"lr": 0.01}, "model": {"dropout": 0.1}}
+    cfg = config_from_dict(raw, ["train.lr=0.5", "model.dropout=0.3"])
+    assert (cfg.train.lr, cfg.model.dropout) == (0.5, 0.3)
+    assert raw == {"train": {"lr": 0.01}, "model": {"dropout": 0.1}}
+
+
+def test_a_floor_above_the_rate_is_refused():
+    (problem,) = problems_of({"train": {"schedule": "step", "lr": 1e-3, "min_lr": 1e-2}})
+    assert problem == (
+        "train.min_lr: 0.01 is above train.lr (0.001); the step schedule's floor must be at "
+        "most the rate"
+    )
+    assert config_from_dict({"train": {"lr": 1e-3, "min_lr": 1e-2}}).train.min_lr == 1e-2
 
 
 def test_load_config_file_env_and_override_precedence(tmp_path, monkeypatch):
