@@ -90,8 +90,8 @@ def type_name(tp: Any) -> str:
 def show(value: Any, limit: int = 60) -> str:
     """`repr(value)` for an error message, cut to `limit` characters: a value can be huge
     (a YAML file that expands, a pasted corpus) and the message stays one readable line.
-    A number read from YAML is shown as the file wrote it (`1e4`, not 10000.0)."""
-    return cut(value.text if isinstance(value, _Written) else repr(value), limit)
+    A number read from YAML shows as the file wrote it (`1e4`, not 10000.0: `_Written`)."""
+    return cut(repr(value), limit)
 
 
 def cut(text: str, limit: int) -> str:

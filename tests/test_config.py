@@ -182,13 +182,16 @@ def test_yaml_1_1_words_and_numbers_are_read_as_the_field_expects(tmp_path):
         "1.50",
         "'no'",
     )
-    path.write_text("train:\n  lr: '1e-4'\n  max_steps: 1e4\nmodel:\n  dropout: off\n")
+    path.write_text(
+        "train:\n  lr: '1e-4'\n  max_steps: 1e4\n  valid_metric: no\nmodel:\n  dropout: off\n"
+    )
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert sorted(info.value.problems) == [
         "model.dropout: expected a number, got 'off'",
         "train.lr: expected a number, got '1e-4'",  # quoted is text, as '0.5' is
         "train.max_steps: expected an integer, got 1e4",  # shown as written
+        "train.valid_metric: 'no' is not allowed; expected one of bleu, loss",
     ]
     path.write_text("train:\n  max_steps: " + "9" * 5000 + "\n")  # past Python's 4,300 digits
     with pytest.raises(ConfigError) as info:
