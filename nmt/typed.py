@@ -312,8 +312,10 @@ class _Word(_Written, str):
     def __repr__(self) -> str:
         return repr(self.text)
 
-    def read_as(self, tp: Any) -> Any:
-        return self.lower() in ("yes", "on") if tp is bool else self.text
+    def read_as(self, tp: Any) -> Any:  # YAML 1.1's own table of words
+        return (
+            yaml.constructor.SafeConstructor.bool_values[self.lower()] if tp is bool else self.text
+        )
 
 
 def _written(kind: type, construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
@@ -332,8 +334,9 @@ def _written(kind: type, construct: Callable[[Any, Any], Any]) -> Callable[[Any,
 
 
 def _bool(loader: Any, node: Any) -> Any:
-    value = loader.construct_yaml_bool(node)
-    return value if node.value.lower() in ("true", "false") else _Word(node.value, node.value)
+    if node.value.lower() in ("true", "false"):
+        return loader.construct_yaml_bool(node)
+    return _Word(node.value, node.value)
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _written(_Int, _Loader.construct_yaml_int))
