@@ -297,6 +297,14 @@ class TrainConfig:
     average_last: int = _opt(
         0, min=0, help="at the end, average the last N step checkpoints into averaged.pt; 0 = off"
     )
+    exponential_smoothing: float = _opt(
+        0.0,
+        min=0.0,
+        max=1.0,
+        help="validate, save and decode a running average of the weights: each update's "
+        "weight in it, at least 9/(step + 10) (Marian's exponential-smoothing, OpenNMT-py's "
+        "average_decay; 1e-4 is theirs); 0 = off",
+    )
     max_bad_steps: int = _opt(
         100, min=1, help="stop after N updates in a row skipped for inf/NaN gradients"
     )

@@ -176,6 +176,11 @@ def _start(
         f"model: {n_params:,} parameters; device {device}, precision {precision}"
         + (f", {ctx.world} processes" if ctx.enabled else "")
     )
+    if ts.smoothed is not None:
+        log(
+            f"exponential smoothing {tc.exponential_smoothing:g}: validation and the "
+            "checkpoints hold the running average of the weights"
+        )
     reporter = Reporter(cfg, total_steps, log, enabled=ctx.is_main, start_step=ts.pos.step)
     run = _Run(
         cfg, ctx, signals, log, files, prepared, ts, net, reporter, Stats(device), batches_of,
@@ -276,6 +281,8 @@ def _update(run: _Run, rows: list[list[int]]) -> None:
     )
     ts.schedule.step()
     ts.pos.step += 1
+    if ts.smoothed is not None:
+        ts.smoothed.update(ts.pos.step)
     ts.pos.batch_in_epoch += len(rows)
     run.stats.add(loss, grad_norm, sum(b.n_tgt_tokens for b in group))
     run.reporter.advance(ts.pos.step, ts.pos.epoch)
@@ -370,7 +377,7 @@ def _validate_and_save(run: _Run, epoch: int) -> None:
     score = 0.0
     if ctx.is_main:
         row = _row(run.stats, pos, epoch, ts.schedule.lr)
-        scores = validate(ts.model, run.prepared, ts.cfg, ts.device, ts.precision)
+        scores = validate(ts.evaluated, run.prepared, ts.cfg, ts.device, ts.precision)
         row.update(scores)
         score = scores["val_bleu"] if tc.valid_metric == "bleu" else -scores["val_loss"]
     if ctx.enabled:
@@ -387,7 +394,7 @@ def _validate_and_save(run: _Run, epoch: int) -> None:
         reporter.record(row)
         if len(run.prepared.valid.src_ids):
             sample = run.prepared.valid.src_ids[0]
-            image = attention_of(ts.model, sample, ts.cfg.decode, ts.device)
+            image = attention_of(ts.evaluated, sample, ts.cfg.decode, ts.device)
             reporter.attention_image(image, pos.step)
         run.files.save(ts.checkpoint(), step=pos.step, best=improved)
 

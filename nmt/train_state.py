@@ -22,8 +22,13 @@ from nmt.optim import Schedule, build_optimizer
 from nmt.run_dir import LAST_NAME
 from nmt.runtime import Precision
 from nmt.shortlist import Shortlist
+from nmt.smoothing import Smoothed
 from nmt.step import make_scaler
 from nmt.tokenizer import Tokenizer
+
+# The weights the optimizer updates, saved beside "model" where that holds their running
+# average (`train.exponential_smoothing`): decoding reads "model", resuming both.
+TRAINED_KEY = "trained"
 
 
 @dataclass
@@ -52,6 +57,12 @@ class TrainState:
     device: torch.device
     precision: Precision
     shortlist: Shortlist | None = None  # decoding's (`nmt.shortlist`), built from the data
+    smoothed: Smoothed | None = None  # the weights' running average (train.exponential_smoothing)
+
+    @property
+    def evaluated(self) -> Seq2Seq:
+        """The model that validates and is saved for decoding: the average where there is one."""
+        return self.smoothed.model if self.smoothed is not None else self.model
 
     @classmethod
     def build(
@@ -70,6 +81,7 @@ class TrainState:
             shared_vocab=tokenizer.joint,
         ).to(device)
         optimizer = build_optimizer(cfg.train, model.parameters())
+        factor = cfg.train.exponential_smoothing
         return cls(
             cfg=cfg,
             tokenizer=tokenizer,
@@ -80,16 +92,20 @@ class TrainState:
             pos=Position(),
             device=device,
             precision=precision,
+            smoothed=Smoothed(model, factor) if factor > 0 else None,
         )
 
     def checkpoint(self) -> dict[str, Any]:
         """What a checkpoint holds: enough to translate (config, tokenizer, weights) and to
-        continue exactly (optimizer, schedule, scaler, position in the data, RNG states)."""
+        continue exactly (optimizer, schedule, scaler, position in the data, RNG states).
+        With exponential smoothing, "model" is the average (what decodes) and "trained" the
+        weights the optimizer updates."""
         return {
             "config": self.cfg.to_dict(),
             "tokenizer": self.tokenizer.to_bytes(),
             "vocab": {"src": self.tokenizer.src_vocab_size, "tgt": self.tokenizer.tgt_vocab_size},
-            "model": self.model.state_dict(),
+            "model": self.evaluated.state_dict(),
+            **({TRAINED_KEY: self.model.state_dict()} if self.smoothed is not None else {}),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -100,8 +116,11 @@ class TrainState:
         }
 
     def restore(self, saved: dict[str, Any]) -> None:
-        """Put back what `checkpoint` saved (the config and tokenizer are checked, not set)."""
-        self.model.load_state_dict(saved["model"])
+        """Put back what `checkpoint` saved (the config and tokenizer are checked, not set).
+        Smoothing may be turned on or off on resume: an average starts from the weights."""
+        self.model.load_state_dict(saved.get(TRAINED_KEY, saved["model"]))
+        if self.smoothed is not None:
+            self.smoothed.model.load_state_dict(saved["model"])  # the average, or the weights
         self.optimizer.load_state_dict(saved["optimizer"])
         self.schedule.load_state_dict(saved["schedule"])
         if scaler_carries_over(saved.get("precision"), self.precision) and saved["scaler"]:

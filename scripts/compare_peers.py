@@ -25,10 +25,9 @@ each decoded greedily on the validation set afterwards. `--plot FILE.png` draws 
     .venv/bin/python scripts/compare_peers.py --minutes 15 --only nmt-fp32,opennmt-py \
         --nmt-config configs/multi30k_en_fr.yaml --curve 250 --plot docs/curve.png
 
-`--decay START,EVERY,FACTOR` has both toolkits cut the learning rate by FACTOR at update
-START and every EVERY updates after it: OpenNMT-py's own decay (start_decay_steps,
-decay_steps, learning_rate_decay) and nmt's `train.schedule: step`, the same rate at every
-update (Joey NMT's row is left out).
+`--decay START,EVERY,FACTOR` (OpenNMT-py's start_decay_steps, decay_steps,
+learning_rate_decay; nmt's `train.schedule: step`) and `--smoothing FACTOR` (`average_decay`;
+`train.exponential_smoothing`) train both toolkits alike, Joey NMT's row left out.
 
 Training speed is target tokens/s (non-pad, EOS included) as each toolkit logs it per log
 window, the median of the windows after the first (which holds start-up). Each row also
@@ -52,7 +51,7 @@ command N times, the rows in turns (every command's first run, then every one's 
 machine's drift falls on all rows alike), and reports the medians (one cold run moves by
 ±20 % here), and `--redecode` decodes the previous run's models again without training (its
 training figures and limits kept from --out, and what it trained with: minutes, updates, seed,
-turns, overrides, decay). --out is written once all rows have trained,
+turns, overrides, decay, smoothing). --out is written once all rows have trained,
 their decoding cells empty, and again once they have decoded: a run stopped while decoding
 (a time limit) keeps its training figures, and `--redecode` fills the cells.
 `--int8`, `--decode-precision P` and `--decode-workers N` decode nmt's rows as `nmt

@@ -25,8 +25,8 @@ family their sessions' notes read off `lscpu` (`NOTED_FAMILY`), with a later run
 where the runs read name one. A run given twice (one file by two names, or a copy of it) is
 refused: it would weigh twice in every range. Reads files only.
 
-Runs whose learning rate decayed (`compare_peers.py --decay`) are a group of their own
-beside their CPU's, one for each decay.
+Runs whose learning rate decayed (`compare_peers.py --decay`) or whose weights were averaged
+(`--smoothing`) are a group of their own beside their CPU's, one for each setting.
 
 `--spread` adds how much each yardstick moves from run to run on one CPU (`spread_lines`), the
 runs whose rows took turns (`compare_peers.py --interleave`) apart from the others.
@@ -52,7 +52,7 @@ from peers.common import (  # noqa: E402
     model_of,
     share_of_limit,
 )
-from peers.previous import PreviousRun, decay_flag, previous_run  # noqa: E402
+from peers.previous import PreviousRun, decay_flag, previous_run, smoothing_flag  # noqa: E402
 from peers.spread import correlation, variation  # noqa: E402
 
 OURS = "nmt"  # the rows whose figures are gathered (their model's name starts so)
@@ -131,9 +131,10 @@ def groups(runs: list[tuple[Path, PreviousRun]]) -> dict[Path, str]:
 def what(run: PreviousRun) -> str:
     """How long its rows trained: '1,000 updates, seed 12', or 'a time budget' (--minutes),
     then ', in turns of 20 s' where they took turns (--interleave) and ', --decay
-    800,100,0.5' where their learning rate decayed."""
+    800,100,0.5' where their learning rate decayed, ', --smoothing 0.0001' where their weights
+    were averaged."""
     how = f", in turns of {run.interleave:g} s" if run.interleave else ""
-    how += f", {decay_flag(run.decay)}" if run.decay else ""
+    how += _trained_apart(run)
     if not run.updates:
         return "a time budget" + how
     seed = "" if run.seed is None else f", seed {run.seed}"
@@ -148,12 +149,16 @@ def ways(group: dict[Path, str], runs: list[tuple[Path, PreviousRun]]) -> dict[P
 
 
 def schedules(group: dict[Path, str], runs: list[tuple[Path, PreviousRun]]) -> dict[Path, str]:
-    """`group` with the runs whose learning rate decayed (`compare_peers.py --decay`) apart,
-    a group for each decay: their models, and so their BLEU and decoding, are others."""
-    return {
-        path: group[path] + (f", {decay_flag(run.decay)}" if run.decay else "")
-        for path, run in runs
-    }
+    """`group` with the runs whose learning rate decayed (`compare_peers.py --decay`) or whose
+    weights were averaged (`--smoothing`) apart, a group for each setting: their models, and
+    so their BLEU and decoding, are others."""
+    return {path: group[path] + _trained_apart(run) for path, run in runs}
+
+
+def _trained_apart(run: PreviousRun) -> str:
+    """', --decay 800,100,0.5', ', --smoothing 0.0001', both, or '' for the reference's way."""
+    how = f", {decay_flag(run.decay)}" if run.decay else ""
+    return how + (f", {smoothing_flag(run.smoothing)}" if run.smoothing else "")
 
 
 def reference(run: PreviousRun) -> Result | None:

@@ -12,7 +12,8 @@ its standard error (their standard deviation / √n).
         results/compare_peers_1000_updates_int8_s40_seed{2,3,4}.json
 
 Each file is a run's --out. The runs are of one number of updates and one learning-rate
-schedule (`compare_peers.py --decay` or none), and of seeds of their own.
+schedule (`compare_peers.py --decay` or none) and one weight average (`--smoothing` or none),
+and of seeds of their own.
 A row is a model ("nmt fp32", however it decoded); one missing from a run, or whose decoding
 BLEU is missing from it (a run stopped while decoding: `--redecode` fills it), is left out,
 said below the table. Runs of several CPUs are read alike (BLEU barely moves with the
@@ -37,7 +38,7 @@ from peers.common import (  # noqa: E402
     finite,
     model_of,
 )
-from peers.previous import PreviousRun, decay_flag, previous_run  # noqa: E402
+from peers.previous import PreviousRun, decay_flag, previous_run, smoothing_flag  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,8 @@ class Seeds:
 
 def checked_runs(paths: list[Path]) -> list[tuple[Path, PreviousRun]]:
     """The runs, in seed order; one line (SystemExit) naming the file where a run is of
-    --minutes, of another number of updates or learning-rate decay than the first, or of a
-    seed already read."""
+    --minutes, of another number of updates, learning-rate decay or weight average than the
+    first, or of a seed already read."""
     runs = [(p, previous_run(p, "seeds.py")) for p in paths]
     first, seen = runs[0], {}
     for path, run in runs:
@@ -72,6 +73,11 @@ def checked_runs(paths: list[Path]) -> list[tuple[Path, PreviousRun]]:
             raise SystemExit(
                 f"seeds.py: {path} trained with {decay_flag(run.decay)}, {first[0]} with "
                 f"{decay_flag(first[1].decay)}; expected runs of one learning-rate schedule"
+            )
+        if run.smoothing != first[1].smoothing:  # and with the weights' average
+            raise SystemExit(
+                f"seeds.py: {path} trained with {smoothing_flag(run.smoothing)}, {first[0]} "
+                f"with {smoothing_flag(first[1].smoothing)}; expected runs of one weight average"
             )
         if run.seed is None:
             raise SystemExit(f"seeds.py: {path} has no seed (a run from before --seed)")

@@ -1,6 +1,7 @@
 """compare_peers.py's `--decay START,EVERY,FACTOR`: one learning-rate decay for both
-toolkits, OpenNMT-py's in its own options and nmt's as `train.schedule: step`, refused where
-it cannot apply to every row asked for."""
+toolkits, OpenNMT-py's in its own options and nmt's as `train.schedule: step`; and
+`--smoothing FACTOR`, one weight average for both (`average_decay`,
+`train.exponential_smoothing`); each refused where it cannot apply to every row asked for."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from nmt.optim import lr_factor  # noqa: E402
 
 def test_the_decay_is_the_same_schedule_in_both_toolkits(tmp_path):
     decay = options.decay("800,100,0.5")
-    args = argparse.Namespace(decay=decay, curve=0, seed=3, updates=1200, log_every=25)
+    args = argparse.Namespace(
+        decay=decay, smoothing=None, curve=0, seed=3, updates=1200, log_every=25
+    )
     onmt = opennmt._config(args, tmp_path / "pieces", tmp_path / "home")
     assert (onmt["start_decay_steps"], onmt["decay_steps"], onmt["learning_rate_decay"]) == (
         800,
@@ -60,3 +63,38 @@ def test_compare_peers_refuses_a_decay_that_cannot_apply(tmp_path, args, says):
     paths = ["--data", str(tmp_path / "data"), "--work", str(work), "--out", str(out)]
     assert says in refusal(ROOT / "scripts" / "compare_peers.py", *paths, *args)
     assert not work.exists()
+
+
+def test_the_smoothing_is_the_same_average_in_both_toolkits(tmp_path):
+    factor = options.smoothing("1e-4")
+    args = argparse.Namespace(
+        decay=None, smoothing=factor, curve=0, seed=3, updates=1200, log_every=25
+    )
+    onmt = opennmt._config(args, tmp_path / "pieces", tmp_path / "home")
+    assert onmt["average_decay"] == 1e-4 and "average_every" not in onmt  # every update
+    plain = opennmt._config(argparse.Namespace(**{**vars(args), "smoothing": None}), Path(), Path())
+    assert "average_decay" not in plain
+    ap = argparse.ArgumentParser()
+    ns = argparse.Namespace(**vars(args), again=None, only=["opennmt-py", "nmt-fp32"], nmt_set=[])
+    options.check_training(ap, ns)
+    train = load_config(common.CONFIG, ns.nmt_set).train
+    assert train.exponential_smoothing == 1e-4 and train.schedule == "constant"
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--smoothing", "0"], "--smoothing: '0': expected a factor in (0, 1]"),
+        (["--smoothing", "nan"], "--smoothing: 'nan': expected a factor in (0, 1]"),
+        (["--smoothing", "2"], "--smoothing: '2': expected a factor in (0, 1]"),
+        (["--smoothing", "1e-4"], "--smoothing: Joey NMT's row trains without a weight average"),
+        (["--smoothing", "1", "--only", "nmt-fp32", "--redecode"], "--smoothing and --redecode:"),
+        (
+            ["--smoothing", "1e-4", "--only", "nmt-fp32", "--nmt-set",
+             "train.exponential_smoothing=0.1"],
+            "--smoothing and --nmt-set train.exponential_smoothing=0.1: the average is set twice",
+        ),
+    ],
+)  # fmt: skip
+def test_compare_peers_refuses_a_smoothing_that_cannot_apply(tmp_path, args, says):
+    test_compare_peers_refuses_a_decay_that_cannot_apply(tmp_path, args, says)

@@ -369,3 +369,32 @@ def test_a_decay_not_of_three_numbers_is_a_damaged_file_in_one_line(tmp_path):
     path.write_text(json.dumps(json.loads(path.read_text()) | {"decay": [800]}))
     with pytest.raises(SystemExit, match=r"is not a run .*decay: expected START, EVERY, FACTOR"):
         runs.main([str(path)])
+
+
+def test_runs_whose_weights_were_averaged_are_a_group_of_their_own(tmp_path, capsys):
+    """`--smoothing`: another model again; with a decay too, a group of both."""
+    rows = [_row(ONMT, 1000, decode=(10.0, 40.0, 20.0, 41.0))]
+    plain = _run(tmp_path, "a.json", [*rows, _row("nmt fp32", 2000, decode=(2, 40, 5, 41))])
+    smoothed = json.loads(Path(plain).read_text()) | {"smoothing": 1e-4, "seed": 2}
+    smoothed["results"][1] = _row("nmt fp32", 3000, decode=(2.5, 38, 5, 41))
+    (tmp_path / "b.json").write_text(json.dumps(smoothed))
+    both = smoothed | {"decay": [800, 100, 0.5], "seed": 3}
+    (tmp_path / "c.json").write_text(json.dumps(both))
+    runs.main([plain, str(tmp_path / "b.json"), str(tmp_path / "c.json")])
+    out = capsys.readouterr().out.splitlines()
+    zen4 = "AMD EPYC (family 25, model 17)"
+    assert out[3].startswith(f"| b.json | {zen4} | 1,000 updates, seed 2, --smoothing 0.0001 |")
+    groups = [line.split(" | nmt")[0] for line in out if line.startswith("| AMD EPYC")]
+    assert groups == [
+        f"| {zen4} (1)",
+        f"| {zen4}, --smoothing 0.0001 (1)",
+        f"| {zen4}, --decay 800,100,0.5, --smoothing 0.0001 (1)",
+    ]
+
+
+@pytest.mark.parametrize("factor", [0, -1e-4, 2, "a"])
+def test_a_smoothing_outside_0_to_1_is_a_damaged_file_in_one_line(tmp_path, factor):
+    path = Path(_run(tmp_path, "a.json", [_row(ONMT, 1000), _row("nmt fp32", 2000)]))
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"smoothing": factor}))
+    with pytest.raises(SystemExit, match=r"is not a run .*smoothing: "):
+        runs.main([str(path)])

@@ -107,8 +107,13 @@ def test_a_row_not_decoded_in_every_run_is_left_out_with_a_word(tmp_path, capsys
             "b.json trained with --decay 800,100,0.5, .*a.json with no --decay; expected runs "
             "of one learning-rate schedule",
         ),
+        (
+            {"smoothing": 1e-4},
+            "b.json trained with --smoothing 0.0001, .*a.json with no --smoothing; expected "
+            "runs of one weight average",
+        ),
     ],
-    ids=["minutes", "other updates", "same seed", "no seed", "decay"],
+    ids=["minutes", "other updates", "same seed", "no seed", "decay", "smoothing"],
 )
 def test_runs_that_do_not_compare_are_refused_in_one_line(tmp_path, second, says):
     one = _run_file(tmp_path, "a.json", {"OpenNMT-py": (40, 41)})

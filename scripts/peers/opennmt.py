@@ -161,6 +161,7 @@ def _config(args: argparse.Namespace, pieces: Path, home: Path) -> dict:
         "gpu_ranks": [],
         "num_workers": 0,
         **(args.decay.opennmt() if args.decay else {}),
+        **({"average_decay": args.smoothing} if args.smoothing else {}),
     }
 
 

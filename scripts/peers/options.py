@@ -1,4 +1,4 @@
-"""compare_peers.py's options of how the rows train (`--decay`) and decode (`--int8`,
+"""compare_peers.py's options of how the rows train (`--decay`, `--smoothing`) and decode (`--int8`,
 `--decode-precision`, `--decode-workers`, ...) and whether they train first (`--redecode`),
 and the check that they fit together and this machine; the check of the files it reads and
 writes."""
@@ -106,6 +106,17 @@ def decay(text: str) -> Decay:
     return Decay(start, every, factor)
 
 
+def smoothing(text: str) -> float:
+    """'1e-4' -> 0.0001: the weight of each update in the average, in (0, 1]."""
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = math.nan
+    if not 0.0 < factor <= 1.0:  # nan too
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a factor in (0, 1], e.g. 1e-4")
+    return factor
+
+
 def training_arguments(ap: argparse.ArgumentParser) -> None:
     """The options of how every row trains, beside the budget and the seed."""
     ap.add_argument(
@@ -116,24 +127,44 @@ def training_arguments(ap: argparse.ArgumentParser) -> None:
         "updates after (OpenNMT-py's start_decay_steps, decay_steps, learning_rate_decay; "
         "nmt's train.schedule=step); default: the reference's constant rate",
     )
+    ap.add_argument(
+        "--smoothing",
+        type=smoothing,
+        metavar="FACTOR",
+        help="every row validates, saves and decodes a running average of its weights, each "
+        "update weighing max(FACTOR, 9/(step + 10)) (OpenNMT-py's average_decay; nmt's "
+        "train.exponential_smoothing); default: the weights as trained",
+    )
+
+
+# Each option: what it sets of nmt's config (the keys' beginnings), what that is, and how
+# Joey NMT's row trains instead, which has no such option here.
+_SETS = {
+    "--decay": (
+        ("train.schedule=", "train.decay_"),
+        "the schedule",
+        "at the reference's constant rate",
+    ),
+    "--smoothing": (("train.exponential_smoothing=",), "the average", "without a weight average"),
+}
 
 
 def check_training(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """One `ap.error` where --decay cannot apply to every row asked for; else its schedule
-    joins nmt's overrides."""
-    if not args.decay:
-        return
-    if args.again:
-        ap.error(f"--decay and {args.again}: {args.again} trains nothing")
-    if "joeynmt" in args.only:
-        ap.error(
-            "--decay: Joey NMT's row trains at the reference's constant rate; leave it "
-            "out of --only"
-        )
-    keys = ("train.schedule=", "train.decay_")
-    if clash := [s for s in args.nmt_set if s.replace(" ", "").startswith(keys)]:
-        ap.error(f"--decay and --nmt-set {clash[0]}: the schedule is set twice")
-    args.nmt_set = [*args.nmt_set, *args.decay.nmt_set()]
+    """One `ap.error` where --decay or --smoothing cannot apply to every row asked for; else
+    their settings join nmt's overrides."""
+    for flag, (keys, what, joey) in _SETS.items():
+        if getattr(args, flag[2:]) is None:
+            continue
+        if args.again:
+            ap.error(f"{flag} and {args.again}: {args.again} trains nothing")
+        if "joeynmt" in args.only:
+            ap.error(f"{flag}: Joey NMT's row trains {joey}; leave it out of --only")
+        if clash := [s for s in args.nmt_set if s.replace(" ", "").startswith(keys)]:
+            ap.error(f"{flag} and --nmt-set {clash[0]}: {what} is set twice")
+    if args.decay:
+        args.nmt_set = [*args.nmt_set, *args.decay.nmt_set()]
+    if args.smoothing:
+        args.nmt_set = [*args.nmt_set, f"train.exponential_smoothing={args.smoothing}"]
 
 
 def check_decoding(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:

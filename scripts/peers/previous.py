@@ -24,7 +24,8 @@ class PreviousRun:
     and number of updates it trained with (updates 0: a run of --minutes; seed None: a run
     from before --seed), the CPU it measured on (None: a run that did not say), and the
     seconds of its rows' turns (0: one row after another; --interleave) and their minutes,
-    and how nmt's rows were set (--nmt-set) and every row's rate decayed (--decay)."""
+    and how nmt's rows were set (--nmt-set), every row's rate decayed (--decay) and its weights
+    were averaged (--smoothing)."""
 
     results: list[Result]
     limits: dict[str, Limit]
@@ -35,6 +36,7 @@ class PreviousRun:
     minutes: float | None = None  # each row's time budget (0: a run of --updates; None: unsaid)
     nmt_set: tuple[str, ...] = ()  # nmt's overrides, --decay's among them
     decay: tuple[float, ...] | None = None  # --decay's START, EVERY, FACTOR; None: none
+    smoothing: float | None = None  # --smoothing's FACTOR; None: none
 
 
 def previous_run(out: Path, flag: str) -> PreviousRun:
@@ -66,6 +68,7 @@ def previous_run(out: Path, flag: str) -> PreviousRun:
             own.minutes,
             tuple(own.nmt_set or ()),
             tuple(own.decay) if own.decay else None,
+            own.smoothing or None,
         )
     except ValueError as e:
         raise SystemExit(f"{damaged} ({e})") from None
@@ -85,11 +88,17 @@ class _Own:
     minutes: float | None = typed.option(None, min=0)
     nmt_set: list[str] | None = None
     decay: list[float] | None = None
+    smoothing: float | None = typed.option(None, above=0, max=1)
 
 
 def decay_flag(decay: tuple[float, ...] | None) -> str:
     """How a run's learning-rate decay reads: '--decay 800,100,0.5', or 'no --decay'."""
     return "--decay " + ",".join(f"{x:g}" for x in decay) if decay else "no --decay"
+
+
+def smoothing_flag(factor: float | None) -> str:
+    """How a run's weight average reads: '--smoothing 0.0001', or 'no --smoothing'."""
+    return f"--smoothing {factor:g}" if factor else "no --smoothing"
 
 
 def _typed(cls: type, raw: Any, where: str) -> Any:

@@ -27,7 +27,7 @@ class Report:
     gpu: str | None
     limits: dict[str, Limit]
     # --redecode: the run decoded again, whose training figures the rows keep; the file then
-    # says how that run trained (budget, seed, turns, overrides, decay), not what this
+    # says how that run trained (budget, seed, turns, overrides, decay, smoothing), not what this
     # command's flags were
     trained: PreviousRun | None = None
 
@@ -56,6 +56,7 @@ class Report:
             "nmt_config": str(args.nmt_config),
             "nmt_set": list(trained.nmt_set),
             "decay": list(trained.decay) if trained.decay else None,
+            "smoothing": trained.smoothing,
             "interleave": trained.interleave,
             "results": [asdict(r) for r in results],
         }
