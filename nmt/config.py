@@ -25,12 +25,12 @@ from nmt.typed import (
     ConfigError,
     apply_override,
     build,
-    load_yaml,
     parse_override,
     plain,
     show,
 )
 from nmt.typed import option as _opt
+from nmt.yaml_loader import load_yaml
 
 DATA_DIR_ENV = "NMT_DATA_DIR"
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -23,6 +22,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 
 from nmt.errors import NmtError
+from nmt.yaml_loader import Written, cut, load_yaml
 
 # A key path ("model.attention") -> a function that turns a value into the one the schema
 # knows (an alias into its name); applied before the type check.
@@ -90,12 +90,8 @@ def type_name(tp: Any) -> str:
 def show(value: Any, limit: int = 60) -> str:
     """`repr(value)` for an error message, cut to `limit` characters: a value can be huge
     (a YAML file that expands, a pasted corpus) and the message stays one readable line.
-    A number read from YAML shows as the file wrote it (`1e4`, not 10000.0: `_Written`)."""
+    A number read from YAML shows as the file wrote it (`1e4`, not 10000.0: `Written`)."""
     return cut(repr(value), limit)
-
-
-def cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _MISSING = object()
@@ -142,7 +138,10 @@ class _Checker:
             return self._container(value, tp, path)
         if tp is Any:
             return value
-        if isinstance(value, _Written):
+        if isinstance(value, Written):
+            if tp is not str and (why := value.unlike_yaml_1_2()):
+                self.problems.append(f"{path}: {value.text} {why}")
+                return _MISSING
             value = value.read_as(tp)  # a plain YAML scalar: the schema says how to read it
         accepts = _SCALARS.get(tp)
         bool_mixup = isinstance(value, bool) and tp is not bool
@@ -252,109 +251,7 @@ def build(
     return checker.build(cls, raw, ""), checker.problems
 
 
-# --------------------------------------------------------------------------- YAML
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader without aliases (`*name`): a config has no need to repeat a
-    node, and aliases of aliases expand exponentially (400 bytes to 52 MB and 350 MB of
-    memory: the "billion laughs"), which a loader must refuse before building them."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                f"aliases (*{cut(event.anchor, 30)}) are not allowed",
-                event.start_mark,
-            )
-        return super().compose_node(parent, index)
-
-
-class _Written:
-    """A plain YAML scalar that YAML 1.1 (PyYAML's) reads as something other than text, with
-    the text as the file wrote it. The schema says how it is read: a string field keeps the
-    text, where YAML 1.1 had made a Norwegian `src_lang: no` False and `name: 1.50` 1.5; a
-    number or a yes/no field takes the value. Shown as written in messages (`1e4`)."""
-
-    text: str
-    base: type  # the value's own type
-
-    def __new__(cls, value: Any, text: str) -> Any:
-        out = super().__new__(cls, value)  # type: ignore[call-arg]
-        out.text = text
-        return out
-
-    def __repr__(self) -> str:
-        return self.text
-
-    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles keep the text
-        return type(self), (self.base(self), self.text)
-
-    def read_as(self, tp: Any) -> Any:
-        return self.text if tp is str else self
-
-
-class _Int(_Written, int):
-    base = int
-
-
-class _Float(_Written, float):
-    base = float
-
-
-class _Word(_Written, str):
-    """yes/no/on/off: a bool only where the schema expects one; text everywhere else."""
-
-    base = str
-
-    def __repr__(self) -> str:
-        return repr(self.text)
-
-    def read_as(self, tp: Any) -> Any:  # YAML 1.1's own table of words
-        return (
-            yaml.constructor.SafeConstructor.bool_values[self.lower()] if tp is bool else self.text
-        )
-
-
-def _written(kind: type, construct: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    def read(loader: Any, node: Any) -> Any:
-        try:
-            return kind(construct(loader, node), node.value)
-        except ValueError:  # Python reads an int of at most 4,300 digits
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"a number of {len(node.value):,} characters is too long to read",
-                node.start_mark,
-            ) from None
-
-    return read
-
-
-def _bool(loader: Any, node: Any) -> Any:
-    if node.value.lower() in ("true", "false"):
-        return loader.construct_yaml_bool(node)
-    return _Word(node.value, node.value)
-
-
-_Loader.add_constructor("tag:yaml.org,2002:int", _written(_Int, _Loader.construct_yaml_int))
-_Loader.add_constructor("tag:yaml.org,2002:float", _written(_Float, _Loader.construct_yaml_float))
-_Loader.add_constructor("tag:yaml.org,2002:bool", _bool)
-# No field holds a date: `name: 2026-11-29` is the text, not a datetime.date.
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: str(node.value))
-# YAML 1.2's (and JSON's) exponent forms that YAML 1.1 reads as strings: `1e-4`, `2E6`,
-# `1.5e4` (1.1 wants a dot and a signed exponent). Every config means the number.
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+.0123456789"),
-)
-
-
-def load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+# --------------------------------------------------------------------------- --set
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -201,6 +201,36 @@ def test_yaml_1_1_words_and_numbers_are_read_as_the_field_expects(tmp_path):
     ]
 
 
+def test_a_number_yaml_1_1_and_yaml_1_2_read_apart_is_refused_with_both(tmp_path):
+    """YAML 1.1 reads `010` as octal 8 and `1:30` as 90 (base 60); YAML 1.2 as 10 and text.
+    A number key refuses them, naming both readings; a text key keeps the text. Where the two
+    agree (`007`, `0x10`, `00`) or the form is YAML 1.2's own (`0o17`), the number is taken."""
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "name: 010\ndata:\n  src_lang: 1:30\ntrain:\n  max_steps: 010\n  valid_every: 1:30\n"
+        "  lr: 1:30.5\n  log_every: -0_10\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert sorted(info.value.problems) == [
+        "train.log_every: -0_10 is octal -8 in YAML 1.1 and -10 in YAML 1.2; write -10, or "
+        "-0o10 for octal",
+        "train.lr: 1:30.5 is 90.5 in YAML 1.1 (base 60) and text in YAML 1.2; write the number "
+        "you mean",
+        "train.max_steps: 010 is octal 8 in YAML 1.1 and 10 in YAML 1.2; write 10, or 0o10 for "
+        "octal",
+        "train.valid_every: 1:30 is 90 in YAML 1.1 (base 60) and text in YAML 1.2; write the "
+        "number you mean",
+    ]
+    path.write_text("name: 010\ndata:\n  src_lang: 1:30\ntrain:\n  max_steps: 007\n")
+    cfg = load_config(path, ["train.valid_every=0o17", "train.log_every=0x10", "train.seed=00"])
+    assert (cfg.name, cfg.data.src_lang) == ("010", "1:30")
+    assert (cfg.train.max_steps, cfg.train.valid_every, cfg.train.log_every) == (7, 15, 16)
+    assert cfg.train.seed == 0
+    (problem,) = problems_of({}, ["train.max_steps=010"])  # --set reads the same way
+    assert problem.startswith("train.max_steps: 010 is octal 8 in YAML 1.1")
+
+
 def test_overrides_leave_the_callers_mapping_as_it_was():
     raw = {"train": {"lr": 0.01}, "model": {"dropout": 0.1}}
     cfg = config_from_dict(raw, ["train.lr=0.5", "model.dropout=0.3"])
