@@ -24,6 +24,7 @@ from nmt.augment import name_copies
 from nmt.batching import make_batches, padding_fraction
 from nmt.config import Config, DataConfig
 from nmt.corpus import TEXT, DataError, RawSplit, load_splits
+from nmt.errors import cut
 from nmt.files import atomic_directory, atomic_write
 from nmt.tokenizer import Tokenizer, train_or_load
 
@@ -162,11 +163,9 @@ def prepare(cfg: Config, *, log: Callable[[str], None] = print) -> Prepared:
     )
     key = _cache_key(cfg, tokenizer, raw)
     cache_dir = data_dir / f"prepared-{key[:16]}"
-    cached = d.cache and (cache_dir / "report.json").is_file()
-    if cached:
-        meta = json.loads((cache_dir / "report.json").read_text(encoding="utf-8"))
-        reports = [SplitReport(**r) for r in meta["splits"]]
-        tokenized = [datasets.load_from_disk(str(cache_dir / f"{i}")) for i in range(len(raw))]
+    cached = _load_cache(cache_dir, len(raw), log) if d.cache else None
+    if cached is not None:
+        tokenized, reports = cached
     else:
         tokenized, reports = _tokenize_all(raw, tokenizer, d, key)
         if d.cache:
@@ -201,7 +200,7 @@ def prepare(cfg: Config, *, log: Callable[[str], None] = print) -> Prepared:
         train_batches=len(batches),
         padding_fraction=padding_fraction(batches, src_lens, tgt_lens),
         cache_dir=str(cache_dir) if d.cache else None,
-        cached=cached,
+        cached=cached is not None,
     )
     return Prepared(
         tokenizer=tokenizer,
@@ -329,6 +328,29 @@ def _cache_key(cfg: Config, tok: Tokenizer, raw: list[RawSplit]) -> str:
         "sources": [[r.role, r.name, r.texts._fingerprint] for r in raw],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _load_cache(
+    cache_dir: Path, n_splits: int, log: Callable[[str], None]
+) -> tuple[list[datasets.Dataset], list[SplitReport]] | None:
+    """The tokenized splits `_save_cache` wrote, or None: none there yet, or a cache that
+    cannot be read (a disk error, a file changed by hand), which is removed (it is nmt's,
+    in the run directory) so that the splits are tokenized and cached again."""
+    report = cache_dir / "report.json"
+    if not report.is_file():
+        return None
+    try:
+        meta = json.loads(report.read_text(encoding="utf-8"))
+        reports = [SplitReport(**r) for r in meta["splits"]]
+        if len(reports) != n_splits:
+            raise ValueError(f"{len(reports)} splits, expected {n_splits}")
+        tokenized = [datasets.load_from_disk(str(cache_dir / f"{i}")) for i in range(n_splits)]
+    except (OSError, ValueError, RecursionError, KeyError, TypeError) as e:
+        why = cut(str(e), 200)
+        log(f"{cache_dir}: the tokenized data cannot be read ({why}); tokenizing again")
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        return None
+    return tokenized, reports
 
 
 def _save_cache(

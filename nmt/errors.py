@@ -1,6 +1,6 @@
 """The exception type for mistakes a user can fix (the CLI prints it as one line), its one
-kind that each way in words its own way, and the scripts' way of printing it (`one_line`).
-Standard library only: the CLI imports it."""
+kind that each way in words its own way, the scripts' way of printing it (`one_line`), and
+a long text cut for such a line (`cut`). Standard library only: the CLI imports it."""
 
 from __future__ import annotations
 
@@ -31,3 +31,8 @@ def one_line() -> Iterator[None]:
         yield
     except (NmtError, OSError) as e:
         raise SystemExit(f"error: {e}") from None
+
+
+def cut(text: str, limit: int) -> str:
+    """`text`, shortened to `limit` characters for a one-line message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -129,14 +129,31 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _drop_rows_after(path: Path, step: int) -> None:
-    """Keep the metrics rows up to `step` (atomically: a new file renamed over the old)."""
+    """Keep the metrics rows up to `step` (atomically: a new file renamed over the old). A
+    row cut short (a kill or a full disk while it was written) goes too, and each kept row
+    ends its line, so that the next one is not written onto it."""
     if not path.exists():
         return
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
-    if len(kept) == len(lines):
+    lines = path.read_bytes().splitlines(keepends=True)
+    steps = [_step_of(line) for line in lines]
+    kept = [
+        line.rstrip(b"\n") + b"\n"
+        for line, at in zip(lines, steps, strict=True)
+        if at is not None and at <= step
+    ]
+    if kept == lines:
         return
-    atomic_write(path, "".join(kept).encode("utf-8"))
+    atomic_write(path, b"".join(kept))
+
+
+def _step_of(line: bytes) -> int | None:
+    """The step of a metrics row, or None for a line that is not a whole row."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):  # (UnicodeDecodeError is a ValueError)
+        return None
+    step = row.get("step") if isinstance(row, dict) else None
+    return step if type(step) is int else None
 
 
 # --------------------------------------------------------------------------- measuring

@@ -242,7 +242,7 @@ def train_or_load(
         return Tokenizer.train(src, tgt, cfg, run_dir, log=log)
     settings_path = run_dir / SETTINGS_FILE
     if settings_path.is_file():
-        saved = json.loads(settings_path.read_text(encoding="utf-8"))
+        saved = _saved_settings(settings_path, run_dir)
         wanted = dataclasses.asdict(cfg)
         diffs = [f"{k}={saved.get(k)!r}" for k in wanted if saved.get(k) != wanted[k]]
         if diffs:
@@ -260,6 +260,22 @@ def train_or_load(
         )
     log(f"tokenizer: reusing {run_dir} (vocabulary {tok.src_vocab_size}/{tok.tgt_vocab_size})")
     return tok
+
+
+def _saved_settings(path: Path, run_dir: Path) -> dict[str, Any]:
+    """The tokenizer settings a run wrote (`SETTINGS_FILE`); one line where the file is not
+    that (cut short by a full disk, edited by hand): what was trained cannot be told."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:  # (RecursionError: nested too deep)
+        saved = e
+    if not isinstance(saved, dict):
+        why = saved if isinstance(saved, Exception) else "not a mapping of settings"
+        raise TokenizerError(
+            f"{path}: not the tokenizer settings nmt writes ({why}); the settings its models "
+            f"were trained with cannot be checked: use a new run.dir or delete {run_dir}/spm.*"
+        )
+    return saved
 
 
 _FILES = {"joint": JOINT_FILE, "src": SRC_FILE, "tgt": TGT_FILE}

@@ -21,8 +21,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 
-from nmt.errors import NmtError
-from nmt.yaml_loader import Written, cut, load_yaml
+from nmt.errors import NmtError, cut
+from nmt.yaml_loader import Written, load_yaml
 
 # A key path ("model.attention") -> a function that turns a value into the one the schema
 # knows (an alias into its name); applied before the type check.

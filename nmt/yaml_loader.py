@@ -12,10 +12,7 @@ from typing import Any
 
 import yaml
 
-
-def cut(text: str, limit: int) -> str:
-    """`text`, shortened to `limit` characters for a message."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+from nmt.errors import cut
 
 
 class _Loader(yaml.SafeLoader):

@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import io
 import random
+import shutil
 import urllib.error
 import urllib.request
 import zipfile
@@ -306,6 +307,35 @@ def test_prepare_caches_and_invalidates(tmp_path: Path, monkeypatch: pytest.Monk
     fourth = prepare(cfg, log=quiet)
     assert not fourth.report.cached and fourth.train.src_text[-1] == "A red bird."
     assert len(list((tmp_path / "run" / "data").glob("prepared-*"))) == 1
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda d: (d / "report.json").write_text('{"spl'), "Unterminated string"),
+        (lambda d: (d / "report.json").write_text('{"splits": [1]}'), "must be a mapping"),
+        (lambda d: (d / "report.json").write_text('{"splits": []}'), "0 splits, expected 3"),
+        (lambda d: (d / "report.json").write_text("[" * 100_000), "recursion"),
+        (lambda d: shutil.rmtree(d / "1"), "not found"),
+        (lambda d: next((d / "0").glob("*.arrow")).write_text("not arrow"), ""),
+    ],
+    ids=["cut short", "a number for a split", "no splits", "nested", "a split gone", "arrow"],
+)
+def test_a_damaged_cache_is_tokenized_again(tmp_path: Path, damage, says) -> None:
+    """The cache is nmt's, in the run directory: one that cannot be read is said, removed and
+    written again, not a traceback."""
+    write_tiny(tmp_path)
+    cfg = corpus_config(tmp_path)
+    first = prepare(cfg, log=quiet)
+    (cache,) = (tmp_path / "run" / "data").glob("prepared-*")
+    damage(cache)
+    lines: list[str] = []
+    second = prepare(cfg, log=lines.append)
+    (said,) = [line for line in lines if "cannot be read" in line]
+    assert said.startswith(f"{cache}: the tokenized data cannot be read (") and says in said
+    assert said.endswith("); tokenizing again")
+    assert not second.report.cached and second.train == first.train
+    assert prepare(cfg, log=quiet).report.cached  # written again, whole
 
 
 def test_prepare_without_cache_writes_no_tokenized_splits(tmp_path: Path) -> None:

@@ -229,6 +229,27 @@ def test_a_failed_cache_write_is_a_clear_error_and_keeps_nothing_half_written(
     )  # and it works once space is back
 
 
+def test_a_metrics_row_cut_short_is_dropped_on_resume(tmp_path):
+    """A kill or a full disk in the middle of a metrics row leaves it cut short, without its
+    newline: resuming drops it (and any line that is not a row) instead of failing on it or
+    writing the next row onto it."""
+    cfg = load_config(TINY, overrides(tmp_path / "run", "train.max_steps=2"))
+    fit(cfg, log=lambda _: None)
+    metrics = cfg.run_dir / "metrics.jsonl"
+    whole = metrics.read_bytes()
+    metrics.write_bytes(whole + b'\xff\n[1]\n{"step": "2"}\n{"step": 2.5}\n{"step": 3, "lo')
+    more = load_config(TINY, overrides(tmp_path / "run", "train.max_steps=3"))
+    fit(more, resume=True, log=lambda _: None)
+    text = metrics.read_bytes()
+    assert text.startswith(whole) and text.endswith(b"\n")
+    rows = [json.loads(line) for line in text.splitlines()]
+    assert [r["step"] for r in rows][-2:] == [2, 3] and rows[-1]["step"] == 3
+    metrics.write_bytes(text.rstrip(b"\n"))  # a whole row, its newline lost
+    fit(load_config(TINY, overrides(tmp_path / "run", "train.max_steps=4")), resume=True,
+        log=lambda _: None)  # fmt: skip
+    assert [json.loads(line)["step"] for line in metrics.read_bytes().splitlines()][-2:] == [3, 4]
+
+
 def test_atomic_write_gives_ordinary_permissions(tmp_path):
     old = os.umask(0o022)
     try:

@@ -15,6 +15,7 @@ from nmt.tokenizer import (
     EOS_ID,
     JOINT_FILE,
     PAD_ID,
+    SETTINGS_FILE,
     SRC_FILE,
     TGT_FILE,
     UNK_ID,
@@ -179,6 +180,28 @@ def test_train_or_load_refuses_models_trained_with_other_settings(tmp_path: Path
     train_or_load(CFG, tmp_path, EN, FR, log=quiet)
     with pytest.raises(TokenizerError, match="vocab_size=200"):
         train_or_load(TokenizerConfig(vocab_size=300), tmp_path, EN, FR, log=quiet)
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (b'{"type": "unigram", ', "Expecting property name"),  # cut short
+        (b"[1]", "not a mapping of settings"),
+        (b"\xff\xfe", "can't decode byte 0xff"),
+        (b"[" * 100_000, "recursion"),
+        (b'{"vocab_size": ' + b"9" * 5000 + b"}", "Exceeds the limit"),
+    ],
+    ids=["cut short", "a list", "not UTF-8", "nested", "a huge number"],
+)
+def test_train_or_load_refuses_damaged_settings_in_one_line(tmp_path: Path, content, says):
+    train_or_load(CFG, tmp_path, EN, FR, log=quiet)
+    (tmp_path / SETTINGS_FILE).write_bytes(content)
+    with pytest.raises(TokenizerError) as info:
+        train_or_load(CFG, tmp_path, EN, FR, log=quiet)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / SETTINGS_FILE}: not the tokenizer settings nmt writes")
+    assert says in message and message.endswith(f"delete {tmp_path}/spm.*")
+    assert "\n" not in message and len(message) < 600
 
 
 def test_bad_models_are_rejected_with_a_message(tmp_path: Path, joint: Tokenizer) -> None:
