@@ -263,6 +263,26 @@ def test_a_log_step_reads_the_device_sums_in_one_copy():
     assert pos.skipped_steps == 1 and row["loss"] == pytest.approx(5.0 / 30)
 
 
+def test_the_weights_average_reads_nothing_back_where_averaged_model_does():
+    """`train.exponential_smoothing`'s update after every step: one foreach op, its weight
+    from the step count on the host. torch's AveragedModel tests its device-side counter
+    (`bool(n_averaged == 0)`) at every update: a sync a step on a GPU."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    from nmt.smoothing import Smoothed
+
+    model = make_model().train()
+    smoothed = Smoothed(model, 1e-4)
+    with SyncCounter(CPU) as counter:
+        for step in (1, 2, 3):
+            smoothed.update(step)
+    assert not counter.sites
+    theirs = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999))
+    with SyncCounter(CPU) as counter:
+        theirs.update_parameters(model)
+    assert any(s.startswith("__bool__") for s in counter.sites)
+
+
 def test_beam_search_copies_nothing_back_inside_its_step_loop():
     """Its one device-to-host copy a step is the EOS test; ended hypotheses stay on the
     device until the search is over (and the lengths are read once at the start)."""
