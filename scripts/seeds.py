@@ -19,6 +19,14 @@ BLEU is missing from it (a run stopped while decoding: `--redecode` fills it), i
 said below the table. Runs of several CPUs are read alike (BLEU barely moves with the
 machine: OpenNMT-py's seed 2 reads 46.06 / 46.25 on a Xeon and 46.04 / 46.16 on an AMD EPYC),
 and each seed's CPU is said below the table. Reads files only; nothing is written.
+
+`--against FILES` reads a second set of runs of the same seeds, trained another way (without
+`--decay`, say), and adds what that way moved in each toolkit alone: each model's BLEU in the
+first set less its BLEU in the second, seed by seed, with the cells that rose.
+
+    .venv/bin/python scripts/seeds.py \\
+        results/compare_peers_1000_updates_int8_decay_s56_seed{1,2,3,4}.json \\
+        --against results/compare_peers_1000_updates_int8_s53_seed{1,2,3,4}.json
 """
 
 from __future__ import annotations
@@ -151,15 +159,61 @@ def table(s: Seeds) -> list[str]:
     return lines
 
 
+def how_trained(run: PreviousRun) -> str:
+    """'--decay 800,100,0.5, --smoothing 0.0001', one of them, or 'the reference's way'."""
+    flags = [decay_flag(run.decay)] if run.decay else []
+    flags += [smoothing_flag(run.smoothing)] if run.smoothing else []
+    return ", ".join(flags) or "the reference's way"
+
+
+def against_table(s: Seeds, other: Seeds, how: str, how_other: str) -> list[str]:
+    """Each model of both sets: its BLEU in `s` less its BLEU in `other`, seed by seed (mean ±
+    standard error), and how many of its cells rose: what training `how` instead of
+    `how_other` moved in that toolkit alone."""
+    if s.seeds != other.seeds or s.updates != other.updates:
+        raise SystemExit(
+            f"seeds.py: --against: seeds {_listed(other.seeds)} after {other.updates:,} updates, "
+            f"the runs seeds {_listed(s.seeds)} after {s.updates:,}; expected the same seeds "
+            "and updates"
+        )
+    labels = [label for label, _ in DECODINGS]
+    lines = [
+        f"| {how} − {how_other}, seed by seed | {' / '.join(labels)} (± s.e.) | cells that rose |",
+        "|---|---|---|",
+    ]
+    for model, by_label in s.bleu.items():
+        if model not in other.bleu:
+            continue
+        them = other.bleu[model]
+        rose = sum(v > r for k in labels for v, r in zip(by_label[k], them[k], strict=True))
+        moved = " / ".join(difference(by_label[k], them[k]) for k in labels)
+        lines.append(f"| {model} | {moved} | {rose} of {len(labels) * len(s.seeds)} |")
+    if len(lines) == 2:
+        raise SystemExit("seeds.py: --against: no model is in both sets of runs")
+    return lines
+
+
+def _listed(seeds: list[int]) -> str:
+    return ", ".join(str(n) for n in seeds)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("runs", type=Path, nargs="+", help="compare_peers.py --out files, a seed each")
+    ap.add_argument(
+        "--against",
+        type=Path,
+        nargs="+",
+        metavar="RUN",
+        help="runs of the same seeds trained another way: each model's BLEU moved seed by seed",
+    )
     args = ap.parse_args(argv)
     if len(args.runs) < 2:
         ap.error("expected at least two runs, a seed each")
-    s = gather(checked_runs(args.runs))
+    runs = checked_runs(args.runs)
+    s = gather(runs)
     if not s.bleu:
         raise SystemExit("seeds.py: no model was decoded in every run: " + "; ".join(s.left_out))
     print("\n".join(table(s)))
@@ -170,6 +224,13 @@ def main(argv: list[str] | None = None) -> None:
     if len(set(s.cpus)) > 1:  # BLEU barely moves with the machine; the reader is told anyway
         for seed, cpu in zip(s.seeds, s.cpus, strict=True):
             print(f"seed {seed} ran on {cpu or 'a CPU its run did not name'}")
+    if args.against:
+        others = checked_runs(args.against)
+        how, how_other = how_trained(runs[0][1]), how_trained(others[0][1])
+        if how == how_other:
+            raise SystemExit(f"seeds.py: --against: both sets of runs trained with {how}")
+        print()
+        print("\n".join(against_table(s, gather(others), how, how_other)))
 
 
 if __name__ == "__main__":

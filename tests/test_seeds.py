@@ -136,3 +136,47 @@ def test_bad_input_is_one_line_without_a_traceback(args, says):
     )
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert says in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+def test_against_gives_what_another_way_of_training_moved_in_each_toolkit(tmp_path, capsys):
+    """`--against`: the same seeds trained without --smoothing; each model's own difference."""
+    onmt, smooth = "OpenNMT-py 3.5.1", {"smoothing": 1e-4}
+    a = _run_file(tmp_path, "a.json", {onmt: (41, 42), "nmt fp32": (44, 44)}, seed=1, **smooth)
+    b = _run_file(tmp_path, "b.json", {onmt: (40, 43), "nmt fp32": (43, 45)}, seed=2, **smooth)
+    c = _run_file(tmp_path, "c.json", {onmt: (40, 41), "nmt fp32": (42, 45)}, seed=1)
+    d = _run_file(
+        tmp_path, "d.json", {onmt: (40, 41), "nmt fp32": (41, 45), "Joey": (9, 9)}, seed=2
+    )
+    seeds.main([a, b, "--against", d, c])
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("")
+    assert lines[at + 1 :] == [
+        "| --smoothing 0.0001 − the reference's way, seed by seed | greedy / beam5 (± s.e.) | "
+        "cells that rose |",
+        "|---|---|---|",
+        # greedy +1 and 0 (0.5 ± 0.5); beam 5 +1 and +2 (1.5 ± 0.5): 3 of 4 rose
+        "| OpenNMT-py 3.5.1 | +0.50 ± 0.50 / +1.50 ± 0.50 | 3 of 4 |",
+        # greedy +2 and +2; beam 5 −1 and 0
+        "| nmt fp32 | +2.00 ± 0.00 / -0.50 ± 0.50 | 2 of 4 |",
+    ]
+
+
+@pytest.mark.parametrize(
+    "against, says",
+    [
+        (
+            [("c.json", 1, {}), ("d.json", 3, {})],
+            "--against: seeds 1, 3 after 1,000 updates, the runs",
+        ),
+        ([("c.json", 1, {"smoothing": 1e-4}), ("d.json", 2, {"smoothing": 1e-4})], "both sets"),
+        ([("c.json", 1, {"smoothing": 1e-4}), ("d.json", 2, {})], "expected runs of one weight"),
+    ],
+    ids=["other seeds", "the same way", "a set of two ways"],
+)
+def test_against_refuses_sets_that_do_not_compare_in_one_line(tmp_path, against, says):
+    smooth = {"smoothing": 1e-4}
+    a = _run_file(tmp_path, "a.json", {"OpenNMT-py": (41, 42)}, seed=1, **smooth)
+    b = _run_file(tmp_path, "b.json", {"OpenNMT-py": (40, 43)}, seed=2, **smooth)
+    others = [_run_file(tmp_path, n, {"OpenNMT-py": (40, 41)}, seed=s, **f) for n, s, f in against]
+    with pytest.raises(SystemExit, match=f"^seeds.py: .*{says}"):
+        seeds.main([a, b, "--against", *others])
