@@ -61,6 +61,7 @@ from nmt.runtime import (
     resolve_precision,
     seed_everything,
 )
+from nmt.smoothing import Smoothed
 from nmt.step import update
 
 # Operator name -> the row of the README's table it is counted in.
@@ -141,9 +142,28 @@ def _site() -> str:
 
 _SIGMOID_FORM_FROM = vml.SIGMOID_FORM_FROM  # nmt's own, for --paired tanh
 
+
 # --paired's levers: name -> the model -> a function that turns the lever on or off. A script
 # measuring a lever that is not in nmt adds its own before calling `main`
 # (scripts/bench_fused_scorer.py).
+class _Average:
+    """The `smoothing` lever: the weights' running average (`train.exponential_smoothing`)
+    folded in after each update, as training does, or not."""
+
+    smoothed: Smoothed | None = None
+    on = False
+
+    @classmethod
+    def switch(cls, model: torch.nn.Module) -> Callable[[bool], None]:
+        cls.smoothed = Smoothed(model, 1e-4)  # type: ignore[arg-type]
+        return lambda on: setattr(cls, "on", on)
+
+    @classmethod
+    def after_update(cls) -> None:
+        if cls.on and cls.smoothed is not None:
+            cls.smoothed.update(1_000)  # any step: one lerp of every weight
+
+
 LEVERS: dict[str, Callable[[torch.nn.Module], Callable[[bool], None]]] = {
     "encoder": lambda model: lambda on: setattr(model.encoder, "fused", on),
     "decoder": lambda model: lambda on: setattr(model.decoder, "fused", on),
@@ -152,6 +172,7 @@ LEVERS: dict[str, Callable[[torch.nn.Module], Callable[[bool], None]]] = {
     "tanh": lambda model: (
         lambda on: setattr(vml, "SIGMOID_FORM_FROM", _SIGMOID_FORM_FROM if on else sys.maxsize)
     ),
+    "smoothing": _Average.switch,
 }
 
 
@@ -197,7 +218,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         choices=list(LEVERS),
         help="time each batch with a lever off and on (order alternating) instead: the "
         "encoder's or the decoder's hand-written loop, or float32 products through oneDNN "
-        "(nmt.onednn), tanh's sigmoid form (nmt.vml), or a lever a script adds "
+        "(nmt.onednn), tanh's sigmoid form (nmt.vml), the weights' running average after "
+        "each update (nmt.smoothing), or a lever a script adds "
         "(bench_fused_scorer.py); both rates and the median per-batch speed-up",
     )
     return ap.parse_args(argv)
@@ -247,6 +269,7 @@ def _run(args: argparse.Namespace, tmp: Path, ready: Callable[[], None] | None) 
             label_smoothing=cfg.train.label_smoothing,
             clip_norm=cfg.train.clip_norm,
         )
+        _Average.after_update()
         if device.type == "cuda":
             torch.cuda.synchronize()
 

@@ -129,6 +129,28 @@ def test_profile_step_in_place_prints_each_product_in_place_and_alone(tmp_path):
     assert rows[2].startswith("| mm ") or rows[2].startswith("| bmm ")
 
 
+def test_profile_step_paired_smoothing_times_the_average_after_each_update(tmp_path):
+    """`--paired smoothing`: each batch stepped with and without the weights' running average
+    folded in after the update (what `train.exponential_smoothing` adds to a step)."""
+    import profile_step
+
+    model = torch.nn.Linear(3, 2)
+    switch = profile_step.LEVERS["smoothing"](model)
+    average = profile_step._Average.smoothed.model
+    for on in (False, True):
+        switch(on)
+        before = average.weight.detach().clone()
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        profile_step._Average.after_update()
+        assert torch.equal(average.weight, before) != on
+    switch(False)
+    args = ["--steps", "2", "--profile-steps", "0", "--paired", "smoothing"]
+    done = _profile_step(tmp_path / "run", "configs/tiny.yaml", *args)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("fp32, smoothing off: ")
+
+
 @pytest.mark.parametrize(
     "args, says",
     [
