@@ -29,6 +29,7 @@ from nmt.files import atomic_directory, atomic_write
 from nmt.tokenizer import Tokenizer, train_or_load
 
 _CACHE_VERSION = 2  # bump when the cached layout or the cleaning rules change
+_REPORT = "report.json"  # in a cache folder: its splits' reports (what was kept, what dropped)
 _IDS = datasets.List(datasets.Value("int32"))  # half the size of int64, vocab << 2**31
 
 
@@ -336,7 +337,7 @@ def _load_cache(
     """The tokenized splits `_save_cache` wrote, or None: none there yet, or a cache that
     cannot be read (a disk error, a file changed by hand), which is removed (it is nmt's,
     in the run directory) so that the splits are tokenized and cached again."""
-    report = cache_dir / "report.json"
+    report = cache_dir / _REPORT
     if not report.is_file():
         return None
     try:
@@ -361,7 +362,7 @@ def _save_cache(
         for i, ds in enumerate(tokenized):
             ds.save_to_disk(str(tmp / f"{i}"))
         meta = {"splits": [dataclasses.asdict(r) for r in reports]}
-        atomic_write(tmp / "report.json", json.dumps(meta, indent=1).encode("utf-8"))
+        atomic_write(tmp / _REPORT, json.dumps(meta, indent=1).encode("utf-8"))
     for old in cache_dir.parent.glob("prepared-*"):  # caches of earlier settings are dead
         if old != cache_dir:
             shutil.rmtree(old, ignore_errors=True)

@@ -267,10 +267,10 @@ def _saved_settings(path: Path, run_dir: Path) -> dict[str, Any]:
     that (cut short by a full disk, edited by hand): what was trained cannot be told."""
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
+        why = "" if isinstance(saved, dict) else "not a mapping of settings"
     except (OSError, ValueError, RecursionError) as e:  # (RecursionError: nested too deep)
-        saved = e
-    if not isinstance(saved, dict):
-        why = saved if isinstance(saved, Exception) else "not a mapping of settings"
+        why = str(e)
+    if why:
         raise TokenizerError(
             f"{path}: not the tokenizer settings nmt writes ({why}); the settings its models "
             f"were trained with cannot be checked: use a new run.dir or delete {run_dir}/spm.*"

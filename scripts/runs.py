@@ -52,7 +52,7 @@ from peers.common import (  # noqa: E402
     model_of,
     share_of_limit,
 )
-from peers.previous import PreviousRun, decay_flag, previous_run, smoothing_flag  # noqa: E402
+from peers.previous import PreviousRun, previous_run, training_flags  # noqa: E402
 from peers.spread import correlation, variation  # noqa: E402
 
 OURS = "nmt"  # the rows whose figures are gathered (their model's name starts so)
@@ -157,8 +157,8 @@ def schedules(group: dict[Path, str], runs: list[tuple[Path, PreviousRun]]) -> d
 
 def _trained_apart(run: PreviousRun) -> str:
     """', --decay 800,100,0.5', ', --smoothing 0.0001', both, or '' for the reference's way."""
-    how = f", {decay_flag(run.decay)}" if run.decay else ""
-    return how + (f", {smoothing_flag(run.smoothing)}" if run.smoothing else "")
+    flags = training_flags(run)
+    return f", {flags}" if flags else ""
 
 
 def reference(run: PreviousRun) -> Result | None:

@@ -46,7 +46,13 @@ from peers.common import (  # noqa: E402
     finite,
     model_of,
 )
-from peers.previous import PreviousRun, decay_flag, previous_run, smoothing_flag  # noqa: E402
+from peers.previous import (  # noqa: E402
+    PreviousRun,
+    decay_flag,
+    previous_run,
+    smoothing_flag,
+    training_flags,
+)
 
 
 @dataclass(frozen=True)
@@ -159,13 +165,6 @@ def table(s: Seeds) -> list[str]:
     return lines
 
 
-def how_trained(run: PreviousRun) -> str:
-    """'--decay 800,100,0.5, --smoothing 0.0001', one of them, or 'the reference's way'."""
-    flags = [decay_flag(run.decay)] if run.decay else []
-    flags += [smoothing_flag(run.smoothing)] if run.smoothing else []
-    return ", ".join(flags) or "the reference's way"
-
-
 def against_table(s: Seeds, other: Seeds, how: str, how_other: str) -> list[str]:
     """Each model of both sets: its BLEU in `s` less its BLEU in `other`, seed by seed (mean ±
     standard error), and how many of its cells rose: what training `how` instead of
@@ -226,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"seed {seed} ran on {cpu or 'a CPU its run did not name'}")
     if args.against:
         others = checked_runs(args.against)
-        how, how_other = how_trained(runs[0][1]), how_trained(others[0][1])
+        how, how_other = (training_flags(r[0][1]) or "the reference's way" for r in (runs, others))
         if how == how_other:
             raise SystemExit(f"seeds.py: --against: both sets of runs trained with {how}")
         print()

@@ -101,6 +101,13 @@ def smoothing_flag(factor: float | None) -> str:
     return f"--smoothing {factor:g}" if factor else "no --smoothing"
 
 
+def training_flags(run: PreviousRun) -> str:
+    """How a run's rows trained beyond the reference's way: '--decay 800,100,0.5',
+    '--smoothing 0.0001', both joined by ', ', or '' for neither."""
+    flags = [decay_flag(run.decay)] if run.decay else []
+    return ", ".join(flags + ([smoothing_flag(run.smoothing)] if run.smoothing else []))
+
+
 def _typed(cls: type, raw: Any, where: str) -> Any:
     """Dataclass `cls` from `raw`, a ValueError naming `where` and the first problem found."""
     try:
