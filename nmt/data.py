@@ -337,11 +337,10 @@ def _load_cache(
     """The tokenized splits `_save_cache` wrote, or None: none there yet, or a cache that
     cannot be read (a disk error, a file changed by hand), which is removed (it is nmt's,
     in the run directory) so that the splits are tokenized and cached again."""
-    report = cache_dir / _REPORT
-    if not report.is_file():
+    if not cache_dir.exists():
         return None
-    try:
-        meta = json.loads(report.read_text(encoding="utf-8"))
+    try:  # (a cache folder without its report, or with a folder there, is a damaged one)
+        meta = json.loads((cache_dir / _REPORT).read_text(encoding="utf-8"))
         reports = [SplitReport(**r) for r in meta["splits"]]
         if len(reports) != n_splits:
             raise ValueError(f"{len(reports)} splits, expected {n_splits}")

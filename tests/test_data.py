@@ -317,9 +317,20 @@ def test_prepare_caches_and_invalidates(tmp_path: Path, monkeypatch: pytest.Monk
         (lambda d: (d / "report.json").write_text('{"splits": []}'), "0 splits, expected 3"),
         (lambda d: (d / "report.json").write_text("[" * 100_000), "recursion"),
         (lambda d: shutil.rmtree(d / "1"), "not found"),
+        (lambda d: ((d / "report.json").unlink(), (d / "report.json").mkdir()), "Is a directory"),
+        (lambda d: (d / "report.json").unlink(), "No such file"),
         (lambda d: next((d / "0").glob("*.arrow")).write_text("not arrow"), ""),
     ],
-    ids=["cut short", "a number for a split", "no splits", "nested", "a split gone", "arrow"],
+    ids=[
+        "cut short",
+        "a number for a split",
+        "no splits",
+        "nested",
+        "a split gone",
+        "arrow",
+        "a folder for the report",
+        "no report",
+    ],  # fmt: skip
 )
 def test_a_damaged_cache_is_tokenized_again(tmp_path: Path, damage, says) -> None:
     """The cache is nmt's, in the run directory: one that cannot be read is said, removed and
