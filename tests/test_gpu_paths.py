@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_model import SHAPES, batch, make_model
 from test_search import BEAM, random_batch, tiny_model
-from train_setup import ROOT, tiny, torchrun_2
+from train_setup import ROOT, run_script_under_torchrun, tiny
 
 import nmt.runtime
 from nmt.batching import collate
@@ -70,13 +70,7 @@ torch.save({{"lr": ts.schedule.lr, "model": ts.model.state_dict(),
 
 @pytest.mark.slow
 def test_ddp_plateau_cuts_the_learning_rate_on_every_rank_and_the_replicas_stay_equal(tmp_path):
-    script = tmp_path / "plateau.py"
-    script.write_text(PLATEAU_SCRIPT.format(tests=str(ROOT / "tests"), tmp=str(tmp_path)))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [*torchrun_2(29900), str(script)], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_script_under_torchrun(tmp_path / "plateau.py", PLATEAU_SCRIPT, 29900, tmp=str(tmp_path))
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
     assert r0["lr"] == r1["lr"] < 0.001 / 4  # three bad validations: three cuts, on both
     for name, weight in r0["model"].items():

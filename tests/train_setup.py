@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,6 +71,22 @@ def torchrun_2(base_port: int) -> list[str]:
         "--master_port",
         str(port),
     ]
+
+
+def run_script_under_torchrun(script: Path, text: str, base_port: int, **fields: str) -> None:
+    """Write `text` (a Python script, formatted with `tests`, this folder, and `fields`) to
+    `script` and run it in two gloo processes, one thread each; fail with its stderr if it
+    fails."""
+    script.write_text(text.format(tests=str(ROOT / "tests"), **fields))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*torchrun_2(base_port), str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def step_once(model, cfg, group, scaler=None, precision="fp32"):
