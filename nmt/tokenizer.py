@@ -241,7 +241,7 @@ def train_or_load(
     if not has_models:
         return Tokenizer.train(src, tgt, cfg, run_dir, log=log)
     settings_path = run_dir / SETTINGS_FILE
-    if settings_path.is_file():
+    if settings_path.exists():  # (a folder in its place is said, not skipped)
         saved = _saved_settings(settings_path, run_dir)
         wanted = dataclasses.asdict(cfg)
         diffs = [f"{k}={saved.get(k)!r}" for k in wanted if saved.get(k) != wanted[k]]

@@ -216,25 +216,33 @@ class _Checker:
             if key_path in self.normalise:
                 value = self.normalise[key_path](value)
             out = self.coerce(value, tp, key_path)
-            if out is not _MISSING and not self._out_of_range(out, fields[key], key_path):
+            if out is not _MISSING and not self._out_of_range(out, value, fields[key], key_path):
                 kwargs[key] = out
         return cls(**kwargs)
 
-    def _out_of_range(self, value: Any, f: dataclasses.Field, path: str) -> bool:
-        """Check a number against the field's `option` range; True (and said) when outside."""
+    def _out_of_range(self, value: Any, written: Any, f: dataclasses.Field, path: str) -> bool:
+        """Check a number against the field's `option` range; True (and said) when outside.
+        The message shows the number as the user wrote it (`-1`, `1e-4`), not as the field
+        converted it (`-1.0`, `0.0001`), and a whole bound as a whole number."""
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             return False
         lo, hi, above = f.metadata.get("min"), f.metadata.get("max"), f.metadata.get("above")
+        said = show(written)
         if lo is not None and value < lo:
-            self.problems.append(f"{path}: {value} is below the minimum {lo}")
+            self.problems.append(f"{path}: {said} is below the minimum {_bound(lo)}")
         elif above is not None and value <= above:
             off = " (null turns it off)" if value == above and f.default else ""
-            self.problems.append(f"{path}: {value} must be above {above}{off}")
+            self.problems.append(f"{path}: {said} must be above {_bound(above)}{off}")
         elif hi is not None and value > hi:
-            self.problems.append(f"{path}: {value} is above the maximum {hi}")
+            self.problems.append(f"{path}: {said} is above the maximum {_bound(hi)}")
         else:
             return False
         return True
+
+
+def _bound(x: float) -> str:
+    """A range's end in a message: `0`, not `0.0`; `0.95` as it is."""
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else repr(x)
 
 
 def build(

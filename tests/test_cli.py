@@ -205,7 +205,7 @@ BAD_INPUT = {
     ),
     "clip_norm 0": (
         lambda t: ["check-config", str(TINY), "--set", "train.clip_norm=0"],
-        ["train.clip_norm: 0.0 must be above 0.0 (null turns it off)"],
+        ["train.clip_norm: 0 must be above 0 (null turns it off)"],
     ),
     "missing config": (lambda t: ["train", str(t / "nope.yaml")], ["nope.yaml", "file not found"]),
     "malformed --set": (

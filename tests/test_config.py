@@ -155,7 +155,7 @@ def test_a_number_in_exponent_form_is_a_number_where_a_number_is_expected(tmp_pa
     assert (cfg.train.lr, cfg.train.min_lr, cfg.train.decay_factor) == (1e-4, 2e-6, 0.5)
     assert cfg.train.betas == (0.9, 0.98) and cfg.train.plateau_factor == 0.5
     assert cfg.name == "1e5"
-    assert problems_of({}, ["train.lr=-1e-4"]) == ["train.lr: -0.0001 is below the minimum 0.0"]
+    assert problems_of({}, ["train.lr=-1e-4"]) == ["train.lr: -1e-4 is below the minimum 0"]
     assert problems_of({}, ["train.lr=1e999"])[0].startswith("train.lr: expected a finite")
     for not_a_number in ("1e", "e4", "1e-4x", "1e-4.5", "1e 4"):
         (problem,) = problems_of({}, [f"train.lr={not_a_number}"])
@@ -326,7 +326,7 @@ def test_one_corpus_spelling_is_a_list_of_one_with_multi30k_defaults():
     # a stored config (a checkpoint's) loads back to the same
     assert config_from_dict(one.to_dict()) == one
     # messages name a key as it was written
-    assert problems_of({"data": {"weight": 0}})[0].startswith("data.weight: 0.0 must be above")
+    assert problems_of({"data": {"weight": 0}})[0].startswith("data.weight: 0 must be above 0 ")
     assert problems_of({"data": {"corpora": [{"dir": "x", "valid": "v", "format": "csv"}]}})[
         0
     ].startswith("data.corpora[0].format: 'csv' is not allowed")
@@ -334,3 +334,15 @@ def test_one_corpus_spelling_is_a_list_of_one_with_multi30k_defaults():
     assert problem.startswith("data.dir: with data.corpora, each corpus gives its own dir")
     (problem,) = problems_of({"data": {"corpora": []}})
     assert problem.startswith("data.corpora: no corpus")
+
+
+def test_a_number_out_of_range_is_shown_as_written():
+    """The message quotes the file (`-1`, `1.50`, `5e-1`), not the converted float, and a
+    whole bound without `.0`."""
+    assert problems_of({"train": {"lr": -1}}) == ["train.lr: -1 is below the minimum 0"]
+    assert problems_of({}, ["model.dropout=1.50"]) == [
+        "model.dropout: 1.50 is above the maximum 0.95"
+    ]
+    assert problems_of({}, ["train.clip_norm=-5e-1"])[0].startswith(
+        "train.clip_norm: -5e-1 must be above 0"
+    )

@@ -211,3 +211,17 @@ def test_bad_models_are_rejected_with_a_message(tmp_path: Path, joint: Tokenizer
         Tokenizer.from_bytes({"joint": b"not a model"})
     with pytest.raises(TokenizerError, match="no tokenizer found"):
         Tokenizer.load(tmp_path)
+
+
+def test_train_or_load_says_a_folder_in_the_settings_place(tmp_path: Path):
+    """A folder where spm.json belongs was skipped in silence: the models were reused with
+    settings nobody could check. It is said in one line, and left as it was."""
+    train_or_load(CFG, tmp_path, EN, FR, log=quiet)
+    (tmp_path / SETTINGS_FILE).unlink()
+    (tmp_path / SETTINGS_FILE).mkdir()
+    with pytest.raises(TokenizerError) as info:
+        train_or_load(CFG, tmp_path, EN, FR, log=quiet)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / SETTINGS_FILE}: not the tokenizer settings nmt writes")
+    assert "Is a directory" in message and "\n" not in message
+    assert (tmp_path / SETTINGS_FILE).is_dir()
