@@ -21,7 +21,6 @@ from train_setup import (
 from nmt.checkpoint import load_checkpoint
 from nmt.optim import build_optimizer
 from nmt.smoothing import Smoothed
-from nmt.step import make_scaler, update
 
 
 @pytest.mark.slow
@@ -111,18 +110,8 @@ def test_ddp_average_of_the_weights_equals_one_process_on_every_rank(tmp_path):
     cfg, model, rows, tgts = tiny_model_and_batches()
     smoothed = Smoothed(model, 0.5)
     opt = build_optimizer(cfg.train, model.parameters())
-    cpu = torch.device("cpu")
     for step in (1, 2, 3):  # one process, both batches accumulated
-        update(
-            model,
-            ddp_groups(rows, tgts),
-            optimizer=opt,
-            scaler=make_scaler(cpu, "fp32"),
-            device=cpu,
-            precision="fp32",
-            label_smoothing=0.1,
-            clip_norm=1.0,
-        )
+        step_once(model, cfg, ddp_groups(rows, tgts), optimizer=opt)
         smoothed.update(step)
     expected = smoothed.model.state_dict()
     assert any(not torch.equal(expected[k], v) for k, v in model.state_dict().items())

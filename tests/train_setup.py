@@ -89,8 +89,9 @@ def run_script_under_torchrun(script: Path, text: str, base_port: int, **fields:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def step_once(model, cfg, group, scaler=None, precision="fp32"):
-    opt = build_optimizer(cfg.train, model.parameters())
+def step_once(model, cfg, group, scaler=None, precision="fp32", optimizer=None):
+    """One update on the CPU; a fresh optimizer unless `optimizer` (updates in a row)."""
+    opt = optimizer or build_optimizer(cfg.train, model.parameters())
     scaler = scaler or make_scaler(torch.device("cpu"), precision)
     return update(
         model,
