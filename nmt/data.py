@@ -8,8 +8,10 @@ was kept and dropped. Batches are made in `nmt.batching`.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
+import os
 import random
 import shutil
 from collections import Counter
@@ -25,7 +27,7 @@ from nmt.batching import make_batches, padding_fraction
 from nmt.config import Config, DataConfig
 from nmt.corpus import TEXT, DataError, RawSplit, load_splits
 from nmt.errors import cut
-from nmt.files import atomic_directory, atomic_write
+from nmt.files import atomic_directory, atomic_write, read_back
 from nmt.tokenizer import Tokenizer, train_or_load
 
 _CACHE_VERSION = 2  # bump when the cached layout or the cleaning rules change
@@ -340,7 +342,12 @@ def _load_cache(
     if not cache_dir.exists():
         return None
     try:  # (a cache folder without its report, or with a folder there, is a damaged one)
-        meta = json.loads((cache_dir / _REPORT).read_text(encoding="utf-8"))
+        report = read_back(cache_dir / _REPORT)
+        if report is None:
+            raise FileNotFoundError(
+                errno.ENOENT, os.strerror(errno.ENOENT), str(cache_dir / _REPORT)
+            )
+        meta = json.loads(report.decode("utf-8"))
         reports = [SplitReport(**r) for r in meta["splits"]]
         if len(reports) != n_splits:
             raise ValueError(f"{len(reports)} splits, expected {n_splits}")

@@ -42,6 +42,18 @@ def _reason(e: OSError) -> str:
     return e.strerror or type(e).__name__
 
 
+def read_back(path: Path) -> bytes | None:
+    """The bytes of a file nmt wrote and now reads again (settings, metrics, a cache's
+    report), or None where nothing is there. OSError where it cannot be read, and where
+    something else stands in its place: a folder (as the read says), or a pipe, a socket or
+    a broken link, which are never opened (reading a pipe would block for ever)."""
+    if not os.path.lexists(path):
+        return None
+    if not path.is_file() and not path.is_dir():
+        raise OSError(f"not a regular file: {path}")
+    return path.read_bytes()
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename inside `path` survive a power cut."""
     fd = os.open(path, os.O_RDONLY)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from nmt.config import Config
-from nmt.files import atomic_write
+from nmt.files import FileError, atomic_write, read_back
 from nmt.run_dir import METRICS_NAME
 
 Log = Callable[[str], None]  # where progress lines go: print, typer.echo, a list's append
@@ -132,9 +132,15 @@ def _drop_rows_after(path: Path, step: int) -> None:
     """Keep the metrics rows up to `step` (atomically: a new file renamed over the old). A
     row cut short (a kill or a full disk while it was written) goes too, and each kept row
     ends its line, so that the next one is not written onto it."""
-    if not path.exists():
+    try:
+        data = read_back(path)
+    except OSError as e:
+        raise FileError(
+            f"{path}: not the metrics nmt writes ({e}); move it away or use a new run.dir"
+        ) from None
+    if data is None:
         return
-    lines = path.read_bytes().splitlines(keepends=True)
+    lines = data.splitlines(keepends=True)
     steps = [_step_of(line) for line in lines]
     kept = [
         line.rstrip(b"\n") + b"\n"

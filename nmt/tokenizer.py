@@ -13,6 +13,7 @@ import functools
 import io
 import itertools
 import json
+import os
 import random
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ import sentencepiece as spm
 
 from nmt.config import TokenizerConfig
 from nmt.errors import NmtError
-from nmt.files import atomic_write
+from nmt.files import atomic_write, read_back
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 EOS_PIECE = "</s>"  # how EOS is shown beside the pieces (attention labels)
@@ -241,7 +242,7 @@ def train_or_load(
     if not has_models:
         return Tokenizer.train(src, tgt, cfg, run_dir, log=log)
     settings_path = run_dir / SETTINGS_FILE
-    if settings_path.exists():  # (a folder in its place is said, not skipped)
+    if os.path.lexists(settings_path):  # (a folder, a pipe or a broken link is said: read_back)
         saved = _saved_settings(settings_path, run_dir)
         wanted = dataclasses.asdict(cfg)
         diffs = [f"{k}={saved.get(k)!r}" for k in wanted if saved.get(k) != wanted[k]]
@@ -266,7 +267,7 @@ def _saved_settings(path: Path, run_dir: Path) -> dict[str, Any]:
     """The tokenizer settings a run wrote (`SETTINGS_FILE`); one line where the file is not
     that (cut short by a full disk, edited by hand): what was trained cannot be told."""
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
+        saved = json.loads((read_back(path) or b"").decode("utf-8"))
         why = "" if isinstance(saved, dict) else "not a mapping of settings"
     except (OSError, ValueError, RecursionError) as e:  # (RecursionError: nested too deep)
         why = str(e)

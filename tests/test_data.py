@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import io
+import os
 import random
 import shutil
 import urllib.error
@@ -460,3 +461,18 @@ def test_epoch_rows_split_evenly_across_ranks() -> None:
     ranks = [epoch_rows(src, tgt, train, 2, rank=r, world=3) for r in range(3)]
     assert len({len(r) for r in ranks}) == 1  # equal steps on every rank
     assert ranks[1] == whole[1 : 3 * len(ranks[1]) : 3]
+
+
+def test_a_pipe_for_the_cache_report_is_never_opened(tmp_path: Path) -> None:
+    """A pipe where the cache's report.json belongs would block the read for ever: it is a
+    damaged cache like the others (`nmt.files.read_back`), said, removed and made again."""
+    write_tiny(tmp_path)
+    cfg = corpus_config(tmp_path)
+    prepare(cfg, log=quiet)
+    (cache,) = (tmp_path / "run" / "data").glob("prepared-*")
+    (cache / "report.json").unlink()
+    os.mkfifo(cache / "report.json")
+    lines: list[str] = []
+    assert not prepare(cfg, log=lines.append).report.cached
+    assert any("cannot be read (not a regular file" in line for line in lines)
+    assert prepare(cfg, log=quiet).report.cached

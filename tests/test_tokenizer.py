@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -225,3 +226,21 @@ def test_train_or_load_says_a_folder_in_the_settings_place(tmp_path: Path):
     assert message.startswith(f"{tmp_path / SETTINGS_FILE}: not the tokenizer settings nmt writes")
     assert "Is a directory" in message and "\n" not in message
     assert (tmp_path / SETTINGS_FILE).is_dir()
+
+
+@pytest.mark.parametrize("make", ["fifo", "broken link"])
+def test_train_or_load_says_a_pipe_or_a_broken_link_in_the_settings_place(tmp_path: Path, make):
+    """Neither is read (a pipe would block nmt for ever) nor skipped: one line, left as it was."""
+    train_or_load(CFG, tmp_path, EN, FR, log=quiet)
+    settings = tmp_path / SETTINGS_FILE
+    settings.unlink()
+    if make == "fifo":
+        os.mkfifo(settings)
+    else:
+        settings.symlink_to(tmp_path / "gone.json")
+    with pytest.raises(TokenizerError) as info:
+        train_or_load(CFG, tmp_path, EN, FR, log=quiet)
+    message = str(info.value)
+    assert message.startswith(f"{settings}: not the tokenizer settings nmt writes")
+    assert "not a regular file" in message and "\n" not in message
+    assert os.path.lexists(settings) and not settings.is_file()
