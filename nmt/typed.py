@@ -229,19 +229,20 @@ class _Checker:
         lo, hi, above = f.metadata.get("min"), f.metadata.get("max"), f.metadata.get("above")
         said = show(written)
         if lo is not None and value < lo:
-            self.problems.append(f"{path}: {said} is below the minimum {_bound(lo)}")
+            self.problems.append(f"{path}: {said} is below the minimum {bound(lo)}")
         elif above is not None and value <= above:
             off = " (null turns it off)" if value == above and f.default else ""
-            self.problems.append(f"{path}: {said} must be above {_bound(above)}{off}")
+            self.problems.append(f"{path}: {said} must be above {bound(above)}{off}")
         elif hi is not None and value > hi:
-            self.problems.append(f"{path}: {said} is above the maximum {_bound(hi)}")
+            self.problems.append(f"{path}: {said} is above the maximum {bound(hi)}")
         else:
             return False
         return True
 
 
-def _bound(x: float) -> str:
-    """A range's end in a message: `0`, not `0.0`; `0.95` as it is."""
+def bound(x: float) -> str:
+    """A range's end as messages and the configuration reference write it: `0`, not `0.0`;
+    `0.95` as it is."""
     return str(int(x)) if isinstance(x, float) and x.is_integer() else repr(x)
 
 
