@@ -15,7 +15,15 @@ from typing import Annotated
 import typer
 
 from nmt import cli_decode, cli_serve
-from nmt.cli_shared import ConfigArg, SetOpt, fail, load, show_tracebacks, user_errors
+from nmt.cli_shared import (
+    ConfigArg,
+    SetOpt,
+    fail,
+    help_text,
+    load,
+    show_tracebacks,
+    user_errors,
+)
 from nmt.errors import NmtError
 
 app = typer.Typer(
@@ -48,7 +56,8 @@ def main(
 def check_config(config: ConfigArg, set_: SetOpt = None) -> None:
     """Validate a config and print it resolved, with every default filled in.
 
-    Example: nmt check-config configs/multi30k_en_fr.yaml --set model.attention=dot
+    Example:
+        nmt check-config configs/multi30k_en_fr.yaml --set model.attention=dot
     """
     cfg = load(config, set_)
     sys.stdout.write(cfg.to_yaml())
@@ -58,7 +67,8 @@ def check_config(config: ConfigArg, set_: SetOpt = None) -> None:
 def prepare(config: ConfigArg, set_: SetOpt = None) -> None:
     """Train (or reuse) the tokenizer and cache the tokenized data; report what was kept.
 
-    Example: NMT_DATA_DIR=../shared/data nmt prepare configs/multi30k_en_fr.yaml
+    Example:
+        NMT_DATA_DIR=../shared/data nmt prepare configs/multi30k_en_fr.yaml
     """
     cfg = load(config, set_)
     with user_errors():
@@ -88,10 +98,13 @@ def train(
 ) -> None:
     """Train a model: tokenizer, batches, training, validation BLEU, checkpoints in run.dir.
 
-    Example: nmt train configs/tiny.yaml --set model.attention=dot --set train.max_steps=200
     Ctrl-C or SIGTERM finishes the update under way, saves, and exits 130/143; `--resume`
-    continues exactly where it stopped.
-    Several GPUs or machines: torchrun --nproc_per_node 2 -m nmt train CONFIG
+    continues exactly where it stopped. Several GPUs or machines: `torchrun`, as below.
+
+    Example:
+        nmt train configs/tiny.yaml --set model.attention=dot
+        nmt train configs/tiny.yaml --set train.max_steps=400 --resume
+        torchrun --nproc_per_node 2 -m nmt train CONFIG
     """
     if resume and overwrite:
         fail("--resume and --overwrite exclude each other")
@@ -129,8 +142,10 @@ def average(
     """Average the weights of checkpoints of one run into a checkpoint that translate and
     eval load like any other.
 
-    Example: nmt average runs/multi30k_en_fr --last 3 -o runs/multi30k_en_fr/averaged.pt
     A run directory holding averaged.pt translates with it first.
+
+    Example:
+        nmt average runs/latest --last 3 -o runs/latest/averaged.pt
     """
     with user_errors():
         from nmt.average import last_checkpoints, write_average
@@ -164,3 +179,6 @@ def average(
 app.command()(cli_decode.translate)
 app.command("eval")(cli_decode.eval_)
 app.command()(cli_serve.serve)
+
+for _command in app.registered_commands:  # each --help wrapped at the terminal's width
+    _command.help = help_text(_command.callback.__doc__ if _command.callback else None)

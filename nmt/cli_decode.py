@@ -107,9 +107,11 @@ def translate(
 ) -> None:
     """Translate sentences given as arguments, from stdin, or from a file.
 
-    Example: nmt translate "Two dogs play in the snow." --beam 5 --show-attention
     Empty lines give empty lines; inputs longer than the model's data.max_len are cut, with
     a warning.
+
+    Example:
+        nmt translate "Two dogs play in the snow." --beam 5 --show-attention
     """
 
     with user_errors():
@@ -322,9 +324,11 @@ def eval_(
 ) -> None:
     """Translate a test set and score it with sacrebleu, signature included.
 
-    Example: nmt eval --bleu --chrf --beam 5 --protocol wmt-mmt
     Without --src/--ref, the run's config's test split(s) are used. The BLEU printed equals
     `sacrebleu REF -i HYP` on the references and the hypothesis file written.
+
+    Example:
+        nmt eval --bleu --chrf --beam 5 --protocol wmt-mmt
     """
 
     with user_errors():

@@ -75,10 +75,12 @@ def serve(
     """Serve a model over HTTP: POST /translate, GET /health, /info, /docs, and a page at /;
     LibreTranslate's API under /libretranslate/ for its clients.
 
-    Example: nmt serve --model runs/latest, then
-    curl -s localhost:8080/translate -d '{"text": "A dog runs."}'
     Concurrent requests are decoded together; each gets what it would have got alone.
     SIGTERM or Ctrl-C answers the requests under way, then exits.
+
+    Example:
+        nmt serve --model runs/latest
+        curl -s localhost:8080/translate -d '{"text": "A dog runs."}'
     """
 
     with user_errors():

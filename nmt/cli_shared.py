@@ -7,6 +7,7 @@ traceback (with `--debug`, the traceback too).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import traceback
 from collections.abc import Iterator
@@ -20,6 +21,26 @@ from nmt.errors import DecodeArgumentError, NmtError
 
 if TYPE_CHECKING:
     from nmt.translate import Translator
+
+
+def help_text(doc: str | None) -> str:
+    """A command's docstring as its `--help` prints it: each paragraph one line, wrapped by
+    the terminal at its own width, and an indented line (a command to type) a line of its own.
+
+    Why: typer prints the paragraphs after the first with their line breaks as written, so a
+    docstring wrapped at 100 columns came out cut mid-sentence at 80 (`--resume` alone on a
+    line of `nmt train --help`)."""
+    paragraphs = []
+    for paragraph in inspect.cleandoc(doc or "").split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if lines and not line.startswith(" ") and not lines[-1].startswith(" "):
+                lines[-1] += " " + line  # prose goes on
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
 
 ConfigArg = Annotated[
     Path, typer.Argument(help="YAML config file, e.g. configs/multi30k_en_fr.yaml")

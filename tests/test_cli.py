@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from nmt.cli import app
+from nmt.cli_shared import help_text
 from nmt.config import DATA_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +45,36 @@ def test_every_command_has_help_with_an_example(command):
     result = runner.invoke(app, [command, "--help"])
     assert result.exit_code == 0
     assert "Example" in result.output
+
+
+HELPS = {
+    c.name or typer.main.get_command_name(c.callback.__name__): c.callback.__doc__
+    for c in app.registered_commands
+    if c.callback
+}
+
+
+@pytest.mark.parametrize("command", HELPS)
+def test_help_prose_wraps_at_the_terminals_width_and_each_example_stays_whole(command):
+    # typer prints a docstring's line breaks as written: at 80 columns a sentence wrapped at
+    # 100 came out cut in two (`--resume` alone on a line of `nmt train --help`).
+    wide, narrow = (
+        [
+            line.strip()
+            for line in runner.invoke(app, [command, "--help"], env=env).output.splitlines()
+        ]
+        for env in ({"COLUMNS": "400"}, {"COLUMNS": "80"})
+    )
+    prose = examples = 0
+    for paragraph in help_text(HELPS[command]).split("\n\n")[1:]:
+        for line in paragraph.splitlines():
+            if line.startswith(" "):  # a command to type: whole on a line at 80 columns
+                assert line.strip() in narrow, f"{command} --help cuts {line.strip()!r}"
+                examples += 1
+            else:  # prose: one line where the terminal is wide enough
+                assert line in wide, f"{command} --help breaks {line!r}"
+                prose += 1
+    assert prose and examples
 
 
 def test_python_dash_m_runs_the_same_app():
