@@ -21,7 +21,7 @@ from torch import Tensor
 
 from nmt.config import Config, ConfigError, config_from_dict
 from nmt.errors import NmtError
-from nmt.files import Data, atomic_write
+from nmt.files import Data, atomic_write, stands_in
 from nmt.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -51,6 +51,11 @@ def load_checkpoint(
     is refused before anything in it runs. `mmap` maps the tensors instead of reading them:
     what is never used (the optimizer's moments, to a translator) costs nothing.
     """
+    there = stands_in(path)
+    if there is not None:
+        raise CheckpointError(
+            f"{path}: {there}, not a checkpoint file: save the checkpoint to a file and give that"
+        )
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:

@@ -2,19 +2,14 @@
 
 Loading gives a `datasets.Dataset` with text columns `src` and `tgt` for aligned text
 files, TSV, JSON lines or the Hugging Face hub, local paths or URLs; Multi30k is
-downloaded from its public repository when asked. Failures are one-line `DataError`s
+downloaded when asked (`nmt.download`). Failures are one-line `DataError`s
 naming the file and what was expected. Tokenizing and caching are in `nmt.data`.
 """
 
 from __future__ import annotations
 
 import csv
-import gzip
-import io
-import urllib.error
-import urllib.request
-import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,23 +17,16 @@ from typing import Any
 import datasets
 
 from nmt.config import DATA_DIR_ENV, CorpusConfig, DataConfig
-from nmt.errors import NmtError
-from nmt.files import FileError, atomic_write
+from nmt.download import download_multi30k, download_tatoeba
+from nmt.errors import DataError
+from nmt.files import stands_in
 
 # Library calls must not draw progress bars or log into the user's terminal.
 datasets.disable_progress_bars()
 datasets.logging.set_verbosity_error()
 
-MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{name}.gz"
-TATOEBA_URL = "https://www.manythings.org/anki/{lang}-eng.zip"
-TATOEBA_CODES = {"fr": "fra", "de": "deu", "es": "spa", "it": "ita", "pt": "por", "nl": "nld"}
-USER_AGENT = "nmt (neural machine translation toolkit; corpus download)"
 _HOLDOUT_SEED = 1234  # held-out valid/test rows must not move when train.seed changes
 TEXT = datasets.Value("string")  # the feature type of the src and tgt columns
-
-
-class DataError(NmtError):
-    """A corpus that cannot be read or does not have the expected layout."""
 
 
 def load_split(
@@ -145,6 +133,8 @@ def _load_text(
 ) -> datasets.Dataset:
     """Two aligned files, `{dir}/{split}.{src_lang}` and `{dir}/{split}.{tgt_lang}`."""
     paths = [Path(c.dir) / f"{split}.{lang}" for lang in (d.src_lang, d.tgt_lang)]
+    for path in paths:
+        _check_not_stood_in(path, f"the '{split}' split's file")
     missing = [p for p in paths if not p.is_file()]
     if missing:
         _check_root(d, c, [p.name for p in paths])
@@ -166,6 +156,17 @@ def _load_text(
     return datasets.concatenate_datasets(
         [src.rename_column("text", "src"), tgt.rename_column("text", "tgt")], axis=1
     )
+
+
+def _check_not_stood_in(path: Path, what: str) -> None:
+    """A folder, a pipe or a broken link where `what` (a split's file) goes is the user's:
+    said in one line, neither read nor replaced by a download."""
+    there = stands_in(path)
+    if there is not None:
+        raise DataError(
+            f"{path}: {there} where {what} should be; nmt neither reads nor replaces it: "
+            "put the split there as a file"
+        )
 
 
 def _check_root(d: DataConfig, c: CorpusConfig, names: Sequence[str]) -> None:
@@ -196,6 +197,7 @@ def _locate(d: DataConfig, c: CorpusConfig, split: str) -> str:
     if split.startswith(("http://", "https://")):
         return split
     path = Path(split) if Path(split).is_absolute() else Path(c.dir) / split
+    _check_not_stood_in(path, f"{d.key_of(c)}'s split file {split}")
     if path.is_file():
         return str(path)
     _check_root(d, c, [split])
@@ -241,53 +243,6 @@ def _read_error(where: str, builder: str, error: BaseException) -> str:
         root = root.__cause__
     kind = {"text": "text", "csv": "TSV", "json": "JSON lines"}.get(builder, builder)
     return f"{where}: cannot read as {kind} ({type(root).__name__}: {root})".replace("\n", " ")
-
-
-def download_multi30k(paths: Sequence[Path]) -> None:
-    """Fetch Multi30k files (`{split}.{lang}`) from the dataset's public repository.
-
-    Each file is written atomically, so an interrupted download never leaves a truncated
-    corpus behind.
-    """
-    for path in paths:
-        url = MULTI30K_URL.format(name=path.name)
-        _fetch_into(url, path, gzip.decompress, f"put {path.name} (one sentence a line)")
-
-
-def download_tatoeba(path: Path, lang: str, key: str = "data") -> None:
-    """Fetch the manythings.org Anki export of Tatoeba pairs for English-`lang` (a zip
-    holding `{code}.txt`: English<TAB>other<TAB>attribution) into `path`. The export grows
-    over time: a fresh download is newer than the 2017 file the README's scores used."""
-    code = TATOEBA_CODES.get(lang)
-    if code is None:
-        raise DataError(
-            f"{key}.download: tatoeba knows English with {', '.join(TATOEBA_CODES)}, not "
-            f"{lang!r}; put the pairs in {path} yourself"
-        )
-
-    def unzip(data: bytes) -> bytes:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            return z.read(f"{code}.txt")
-
-    url = TATOEBA_URL.format(lang=code)
-    _fetch_into(url, path, unzip, f"put the English<TAB>{lang} pairs as {path.name}")
-
-
-def _fetch_into(url: str, path: Path, unpack: Callable[[bytes], bytes], instead: str) -> None:
-    try:
-        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            data = unpack(response.read())
-    # URLError, timeouts and bad gzip data are OSErrors; a bad zip is BadZipFile or KeyError
-    except (OSError, EOFError, zipfile.BadZipFile, KeyError) as e:
-        reason = e.reason if isinstance(e, urllib.error.URLError) else e
-        raise DataError(
-            f"could not download {url} ({reason}); {instead} in {path.parent} yourself"
-        ) from None
-    try:
-        atomic_write(path, data)
-    except FileError as e:
-        raise DataError(f"downloaded {url}, but {e}") from None
 
 
 def _str(path: Path | None) -> str | None:

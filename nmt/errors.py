@@ -1,6 +1,7 @@
-"""The exception type for mistakes a user can fix (the CLI prints it as one line), its one
-kind that each way in words its own way, the scripts' way of printing it (`one_line`), and
-a long text cut for such a line (`cut`). Standard library only: the CLI imports it."""
+"""The exception type for mistakes a user can fix (the CLI prints it as one line), its kinds
+that more than one module raises or that each way in words its own way, the scripts' way of
+printing it (`one_line`), and a long text cut for such a line (`cut`). Standard library only:
+the CLI imports it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from collections.abc import Iterator
 
 class NmtError(Exception):
     """A problem with the user's input (config, data, checkpoint, arguments): no traceback."""
+
+
+class DataError(NmtError):
+    """A corpus that cannot be read or does not have the expected layout (`nmt.corpus`), or
+    cannot be downloaded (`nmt.download`)."""
 
 
 class DecodeArgumentError(NmtError, ValueError):

@@ -54,6 +54,27 @@ def read_back(path: Path) -> bytes | None:
     return path.read_bytes()
 
 
+def stands_in(path: Path) -> str | None:
+    """What stands at `path` where nmt expects a regular file it reads whole (a checkpoint,
+    a corpus split): "a folder", "a pipe", "a socket", "a device" or "a broken link", said
+    instead of "no such file"; None where a regular file is (or a link to one) and where
+    nothing is. Such a thing is never opened (a pipe would be read once, or block) nor
+    replaced (a download does not write over a user's broken link)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "a broken link" if os.path.islink(path) else None
+    except OSError as e:  # a link loop, a folder on the way that cannot be searched
+        return f"unreadable ({_reason(e)})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    return "a socket" if stat.S_ISSOCK(mode) else "a device"
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename inside `path` survive a power cut."""
     fd = os.open(path, os.O_RDONLY)

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import pytest
 import torch
+from typer.testing import CliRunner
 
-from nmt.checkpoint import load_checkpoint, save_checkpoint
+from nmt.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from nmt.cli import app
+from nmt.files import stands_in
 from nmt.run_dir import OWNER_MARK, RunFiles
 
 
@@ -48,3 +54,42 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert load_checkpoint(path)["x"].item() == 1
+
+
+@pytest.mark.parametrize("kind", ["a folder", "a pipe", "a broken link", "a socket", "a device"])
+def test_what_stands_where_a_checkpoint_should_be_is_named_and_never_opened(tmp_path, kind):
+    # It read "no such checkpoint file" for all of these, though something is there (`nmt
+    # translate -m <(cat best.pt)` said its pipe did not exist). A pipe opened to be read
+    # would block for ever: the suite's timeout would fail the test.
+    path = tmp_path / "model.pt"
+    if kind == "a folder":
+        path.mkdir()
+    elif kind == "a pipe":
+        os.mkfifo(path)
+    elif kind == "a broken link":
+        path.symlink_to(tmp_path / "gone.pt")
+    elif kind == "a socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+    else:
+        path = Path(os.devnull)
+    assert stands_in(path) == kind
+    with pytest.raises(CheckpointError, match=f"^{path}: {kind}, not a checkpoint file: save"):
+        load_checkpoint(path)
+    assert stands_in(tmp_path / "none.pt") is None
+    with pytest.raises(CheckpointError, match="none.pt: no such checkpoint file$"):
+        load_checkpoint(tmp_path / "none.pt")
+    save_checkpoint({"x": torch.tensor(1)}, tmp_path / "real.pt")
+    (tmp_path / "link.pt").symlink_to(tmp_path / "real.pt")
+    assert stands_in(tmp_path / "real.pt") is None and stands_in(tmp_path / "link.pt") is None
+
+
+def test_translate_from_a_pipe_says_so_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("model.pt")
+    result = CliRunner().invoke(app, ["translate", "-m", "model.pt", "A dog runs."])
+    assert result.exit_code == 2
+    assert (
+        result.stderr == "error: model.pt: a pipe, not a checkpoint file: save the "
+        "checkpoint to a file and give that\n"
+    )

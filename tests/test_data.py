@@ -19,8 +19,9 @@ import torch
 
 from nmt.batching import collate, epoch_rows, make_batches, padding_fraction
 from nmt.config import Config, DataConfig, config_from_dict
-from nmt.corpus import MULTI30K_URL, TATOEBA_URL, DataError, extract_pairs, load_split, load_splits
+from nmt.corpus import DataError, extract_pairs, load_split, load_splits
 from nmt.data import prepare
+from nmt.download import MULTI30K_URL, TATOEBA_URL
 from nmt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 DATA = Path(__file__).parent / "data"
@@ -206,6 +207,44 @@ def test_download_tatoeba_unzips_the_pairs_file(
     unknown = with_corpus(dataclasses.replace(cfg, tgt_lang="xx"), dir=str(tmp_path / "other"))
     with pytest.raises(DataError, match="data.download: tatoeba knows English with fr, de"):
         load_split(unknown, "fra-eng.tsv", cache_dir=tmp_path / "hf")
+
+
+def _stand_in(path: Path, kind: str) -> None:
+    """Something of the user's where a split's file goes: a folder, a pipe, a broken link."""
+    if kind == "a folder":
+        path.mkdir()
+        (path / "notes.txt").write_text("mine", encoding="utf-8")
+    elif kind == "a pipe":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(path.parent / "unmounted" / path.name)
+
+
+@pytest.mark.parametrize("kind", ["a folder", "a pipe", "a broken link"])
+@pytest.mark.parametrize("fmt", ["text", "tsv"])
+def test_a_thing_of_the_users_where_a_split_goes_is_named_and_neither_read_nor_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, fmt: str
+) -> None:
+    # Said "no such file" before; and where a download was set, the download was written over
+    # a broken link or a pipe (a folder failed after the download). A pipe was never the
+    # problem's name: opening it to read blocks for ever (the test's timeout would fail it).
+    def no_download(request: urllib.request.Request, timeout: float) -> None:
+        raise AssertionError(f"downloaded {request.full_url}")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_download)
+    corpus = tmp_path / "corpus"
+    write_split(corpus, "train", ["a"], ["x"])
+    name, download = ("train.fr", "multi30k") if fmt == "text" else ("fra-eng.tsv", "tatoeba")
+    split = "train" if fmt == "text" else name
+    (corpus / name).unlink(missing_ok=True)
+    _stand_in(corpus / name, kind)
+    before = sorted((p.name, p.is_symlink(), p.is_dir()) for p in corpus.rglob("*"))
+    cfg = one_corpus(dir=str(corpus), format=fmt, download=download)
+    with pytest.raises(DataError) as info:
+        load_split(cfg, split, cache_dir=tmp_path / "hf")
+    assert str(info.value).startswith(f"{corpus / name}: {kind} where ")
+    assert "nmt neither reads nor replaces it" in str(info.value)
+    assert sorted((p.name, p.is_symlink(), p.is_dir()) for p in corpus.rglob("*")) == before
 
 
 def test_valid_and_test_can_be_held_out_of_train(tmp_path: Path) -> None:
