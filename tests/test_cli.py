@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import typer
+import typer.rich_utils
 from typer.testing import CliRunner
 
 from nmt.cli import app
@@ -55,9 +56,10 @@ HELPS = {
 
 
 @pytest.mark.parametrize("command", HELPS)
-def test_help_prose_wraps_at_the_terminals_width_and_each_example_stays_whole(command):
+def test_help_prose_wraps_at_the_terminals_width_and_each_example_stays_whole(command, monkeypatch):
     # typer prints a docstring's line breaks as written: at 80 columns a sentence wrapped at
     # 100 came out cut in two (`--resume` alone on a line of `nmt train --help`).
+    monkeypatch.setattr(typer.rich_utils, "MAX_WIDTH", None)  # a user's TERMINAL_WIDTH
     wide, narrow = (
         [
             line.strip()
