@@ -103,7 +103,7 @@ def train(
 
     Example:
         nmt train configs/tiny.yaml --set model.attention=dot
-        nmt train configs/tiny.yaml --set train.max_steps=400 --resume
+        nmt train configs/tiny.yaml --set model.attention=dot --resume
         torchrun --nproc_per_node 2 -m nmt train CONFIG
     """
     if resume and overwrite:
