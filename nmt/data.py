@@ -8,10 +8,8 @@ was kept and dropped. Batches are made in `nmt.batching`.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import hashlib
 import json
-import os
 import random
 import shutil
 from collections import Counter
@@ -342,12 +340,7 @@ def _load_cache(
     if not cache_dir.exists():
         return None
     try:  # (a cache folder without its report, or with a folder there, is a damaged one)
-        report = read_back(cache_dir / _REPORT)
-        if report is None:
-            raise FileNotFoundError(
-                errno.ENOENT, os.strerror(errno.ENOENT), str(cache_dir / _REPORT)
-            )
-        meta = json.loads(report.decode("utf-8"))
+        meta = json.loads(read_back(cache_dir / _REPORT).decode("utf-8"))
         reports = [SplitReport(**r) for r in meta["splits"]]
         if len(reports) != n_splits:
             raise ValueError(f"{len(reports)} splits, expected {n_splits}")

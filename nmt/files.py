@@ -42,14 +42,13 @@ def _reason(e: OSError) -> str:
     return e.strerror or type(e).__name__
 
 
-def read_back(path: Path) -> bytes | None:
+def read_back(path: Path) -> bytes:
     """The bytes of a file nmt wrote and now reads again (settings, metrics, a cache's
-    report), or None where nothing is there. OSError where it cannot be read, and where
-    something else stands in its place: a folder (as the read says), or a pipe, a socket or
-    a broken link, which are never opened (reading a pipe would block for ever)."""
-    if not os.path.lexists(path):
-        return None
-    if not path.is_file() and not path.is_dir():
+    report). OSError as a read gives it where nothing is there or it cannot be read (a
+    folder: as the read says), and where something else stands in its place (`stands_in`:
+    a pipe, a socket, a broken link), which is never opened (reading a pipe would block for
+    ever)."""
+    if stands_in(path) not in (None, "a folder"):
         raise OSError(f"not a regular file: {path}")
     return path.read_bytes()
 

@@ -4,6 +4,7 @@ device-side sums between two log lines (`Stats`)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -132,14 +133,14 @@ def _drop_rows_after(path: Path, step: int) -> None:
     """Keep the metrics rows up to `step` (atomically: a new file renamed over the old). A
     row cut short (a kill or a full disk while it was written) goes too, and each kept row
     ends its line, so that the next one is not written onto it."""
+    if not os.path.lexists(path):
+        return
     try:
         data = read_back(path)
     except OSError as e:
         raise FileError(
             f"{path}: not the metrics nmt writes ({e}); move it away or use a new run.dir"
         ) from None
-    if data is None:
-        return
     lines = data.splitlines(keepends=True)
     steps = [_step_of(line) for line in lines]
     kept = [

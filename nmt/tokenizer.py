@@ -267,7 +267,7 @@ def _saved_settings(path: Path, run_dir: Path) -> dict[str, Any]:
     """The tokenizer settings a run wrote (`SETTINGS_FILE`); one line where the file is not
     that (cut short by a full disk, edited by hand): what was trained cannot be told."""
     try:
-        saved = json.loads((read_back(path) or b"").decode("utf-8"))
+        saved = json.loads(read_back(path).decode("utf-8"))
         why = "" if isinstance(saved, dict) else "not a mapping of settings"
     except (OSError, ValueError, RecursionError) as e:  # (RecursionError: nested too deep)
         why = str(e)
