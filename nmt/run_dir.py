@@ -143,7 +143,7 @@ def resolve_checkpoint(model: str | Path | None) -> Path:
         raise CheckpointError(
             f"{path}: run directory holds no {', '.join(INFERENCE_ORDER)} checkpoint"
         )
-    if not path.exists():
+    if not os.path.lexists(path):  # (a broken link or a link loop: `load_checkpoint` says it)
         raise CheckpointError(f"{path}: no such run directory or checkpoint file")
     return path
 

@@ -93,3 +93,21 @@ def test_translate_from_a_pipe_says_so_in_one_line(tmp_path, monkeypatch):
         result.stderr == "error: model.pt: a pipe, not a checkpoint file: save the "
         "checkpoint to a file and give that\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda p: p.symlink_to(p.parent / "gone.pt"), "a broken link, not a checkpoint file"),
+        (lambda p: p.symlink_to(p), "unreadable (Too many levels of symbolic links)"),
+        (lambda p: None, "no such run directory or checkpoint file"),
+    ],
+)
+def test_a_link_that_leads_nowhere_is_named_as_a_link(tmp_path, monkeypatch, make, says):
+    # `resolve_checkpoint` said "no such run directory or checkpoint file" for a link of the
+    # user's that is there but leads nowhere (a mount gone, a loop).
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path / "model.pt")
+    result = CliRunner().invoke(app, ["translate", "-m", "model.pt", "A dog runs."])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: model.pt: ") and says in result.stderr
