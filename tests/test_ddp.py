@@ -27,7 +27,7 @@ from nmt.smoothing import Smoothed
 def test_ddp_with_two_gloo_processes(tmp_path):
     run_dir = tmp_path / "ddp"
     cmd = [
-        *torchrun_2(29500),
+        *torchrun_2(29500, tmp_path / "torchrun-logs"),
         "-m",
         "nmt",
         "train",

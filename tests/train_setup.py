@@ -59,8 +59,10 @@ def ddp_groups(rows, tgts):
     return [collate(rows[:1], tgts[:1], [0]), collate(rows[1:], tgts[1:], [1, 2, 3])]
 
 
-def torchrun_2(base_port: int) -> list[str]:
-    """`torchrun --nproc_per_node 2` on a port of its own (tests may run side by side)."""
+def torchrun_2(base_port: int, log_dir: Path) -> list[str]:
+    """`torchrun --nproc_per_node 2` on a port of its own (tests may run side by side),
+    keeping its logs in `log_dir`: without one, torchrun leaves a `torchelastic_*` folder
+    in the machine's temporary folder at every run."""
     port = base_port + os.getpid() % 200
     return [
         sys.executable,
@@ -70,6 +72,8 @@ def torchrun_2(base_port: int) -> list[str]:
         "2",
         "--master_port",
         str(port),
+        "--log-dir",
+        str(log_dir),
     ]
 
 
@@ -80,13 +84,14 @@ def run_script_under_torchrun(script: Path, text: str, base_port: int, **fields:
     script.write_text(text.format(tests=str(ROOT / "tests"), **fields))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [*torchrun_2(base_port), str(script)],
+        [*torchrun_2(base_port, script.parent / "torchrun-logs"), str(script)],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    assert (script.parent / "torchrun-logs").is_dir()  # its logs went here, not to /tmp
 
 
 def step_once(model, cfg, group, scaler=None, precision="fp32", optimizer=None):
