@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import yaml
 
+from nmt.files import FileError, read_small
 from nmt.typed import (
     ConfigError,
     apply_override,
@@ -33,6 +34,9 @@ from nmt.typed import option as _opt
 from nmt.yaml_loader import load_yaml
 
 DATA_DIR_ENV = "NMT_DATA_DIR"
+# A config is a page of YAML (the reference one is 2 KB); a file or a device giving more is
+# not one, and is refused before it fills memory.
+CONFIG_MAX_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -547,11 +551,11 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
     """Read a YAML config; `NMT_DATA_DIR` overrides data.root, `--set` overrides both."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([f"file not found: {path}"], str(path)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError([f"cannot read: {e}"], str(path)) from None
+        text = read_small(path, CONFIG_MAX_BYTES, "a config file").decode("utf-8")
+    except FileError as e:
+        raise ConfigError([str(e)], str(path)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"not UTF-8 text (byte {e.start})"], str(path)) from None
     try:
         raw = load_yaml(text)
     except yaml.YAMLError as e:

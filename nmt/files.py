@@ -53,6 +53,29 @@ def read_back(path: Path) -> bytes:
     return path.read_bytes()
 
 
+def read_small(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of a small file the user named as `what` ("a config file"), never more than
+    `limit` of them: a device or an endless pipe in its place (`/dev/zero`, `<(yes)`) is
+    refused at the limit instead of filling the machine's memory, which `nmt check-config
+    /dev/zero` did (24 GB in 14 s). A pipe that ends (`<(sed ... config.yaml)`) reads as a
+    file. FileError, whose message starts with what went wrong (a caller adds the path):
+    "file not found", what `stands_in` the file's place, or the reason a read gave."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        kind = stands_in(path)  # a broken link, a folder, a link loop
+        if kind:
+            raise FileError(f"{kind}, not {what}") from None
+        missing = isinstance(e, FileNotFoundError)
+        raise FileError("file not found" if missing else f"cannot read ({_reason(e)})") from None
+    if len(data) > limit:
+        size = f"over {limit:,} bytes"
+        kind = stands_in(path)
+        raise FileError(f"{kind} giving {size}, not {what}" if kind else f"{size}, not {what}")
+    return data
+
+
 def stands_in(path: Path) -> str | None:
     """What stands at `path` where nmt expects a regular file it reads whole (a checkpoint,
     a corpus split): "a folder", "a pipe", "a socket", "a device" or "a broken link", said

@@ -242,6 +242,10 @@ BAD_INPUT = {
         ["train.clip_norm: 0 must be above 0 (null turns it off)"],
     ),
     "missing config": (lambda t: ["train", str(t / "nope.yaml")], ["nope.yaml", "file not found"]),
+    "a device as config": (
+        lambda t: ["train", "/dev/zero"],
+        ["/dev/zero: a device giving over 1,048,576 bytes, not a config file"],
+    ),
     "malformed --set": (
         lambda t: ["check-config", str(TINY), "--set", "train.lr"],
         ["--set 'train.lr': expected KEY=VALUE"],

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import copy
+import re
+import subprocess
 
 import pytest
+from train_setup import ROOT, TINY
 
 from nmt.config import (
+    CONFIG_MAX_BYTES,
     DATA_DIR_ENV,
     Config,
     ConfigError,
@@ -302,6 +306,42 @@ def test_load_config_reports_file_problems(tmp_path):
     scalar.write_text("just a string\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(scalar)
+
+
+def test_what_stands_in_a_configs_place_is_named_and_never_read_past_the_limit(tmp_path):
+    """A device or a pipe that never ends is refused at CONFIG_MAX_BYTES (before, `nmt
+    check-config /dev/zero` filled 24 GB of memory); a folder, a broken link and a link loop
+    are named; a pipe that ends reads as a file (process substitution)."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "broken").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * CONFIG_MAX_BYTES + "\n")
+    cases = {
+        "/dev/zero": "/dev/zero: a device giving over 1,048,576 bytes, not a config file",
+        str(big): "big.yaml: over 1,048,576 bytes, not a config file",
+        str(tmp_path / "folder"): "folder: a folder, not a config file",
+        str(tmp_path / "broken"): "broken: a broken link, not a config file",
+        str(tmp_path / "loop"): "loop: unreadable (Too many levels of symbolic links)",
+    }
+    for path, says in cases.items():
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            load_config(path)
+    endless = subprocess.Popen(["yes"], stdout=subprocess.PIPE)
+    try:
+        with pytest.raises(ConfigError, match="a pipe giving over 1,048,576 bytes"):
+            load_config(f"/dev/fd/{endless.stdout.fileno()}")
+    finally:
+        endless.kill()
+        endless.wait()
+    short = subprocess.Popen(["cat", str(ROOT / "configs/tiny.yaml")], stdout=subprocess.PIPE)
+    try:
+        assert load_config(f"/dev/fd/{short.stdout.fileno()}").model == load_config(TINY).model
+    finally:
+        short.wait()
+    (tmp_path / "latin1.yaml").write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"latin1.yaml: not UTF-8 text \(byte 9\)"):
+        load_config(tmp_path / "latin1.yaml")
 
 
 def test_resolved_config_round_trips_through_yaml():
