@@ -174,21 +174,32 @@ def atomic_directory(path: Path) -> Iterator[Path]:
         raise
 
 
+# A line longer than this is not a sentence: a stream without line ends (`/dev/zero`) is
+# refused there instead of being read until the machine's memory is full.
+MAX_LINE_BYTES = 1 << 20
+
+
 def read_lines(path: Path | None) -> list[str]:
     """The lines of a UTF-8 file, or of stdin when `path` is None.
 
     Lines are split on "\n" only (a trailing "\r" is dropped): `str.splitlines` would also
     split on characters such as U+2028 inside a sentence and misalign sources and references.
+    A line over MAX_LINE_BYTES is an error, said as soon as it is read.
     """
     where = "stdin" if path is None else str(path)
     try:
         if path is None:
             stream = getattr(sys.stdin, "buffer", None)
-            data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+            if stream is None:  # a text stream without bytes underneath (tests' fakes)
+                data = sys.stdin.read().encode("utf-8")
+            else:
+                data = _read_lines_bytes(stream, where)
         else:
-            data = path.read_bytes()
+            with open(path, "rb") as f:
+                data = _read_lines_bytes(f, where)
     except FileNotFoundError:
-        raise FileError(f"{where}: no such file") from None
+        kind = stands_in(path) if path is not None else None  # a broken link
+        raise FileError(f"{where}: {kind or 'no such file'}") from None
     except OSError as e:
         raise FileError(f"{where}: cannot read ({_reason(e)})") from None
     try:
@@ -200,6 +211,29 @@ def read_lines(path: Path | None) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
+
+
+def _read_lines_bytes(stream: BinaryIO, where: str) -> bytes:
+    """All of `stream`, read MAX_LINE_BYTES at a time (so a line that runs past it ends in a
+    later read, or never); FileError once a line does."""
+    chunks: list[bytes] = []
+    lines = open_line = 0  # line ends so far; bytes since the last one
+    while chunk := stream.read(MAX_LINE_BYTES):
+        first = chunk.find(b"\n")  # where the open line ends, if in this read
+        if first < 0:
+            open_line += len(chunk)
+        elif open_line + first > MAX_LINE_BYTES:
+            open_line += first  # it ends here, too long
+        else:
+            lines += chunk.count(b"\n")
+            open_line = len(chunk) - chunk.rfind(b"\n") - 1
+        if open_line > MAX_LINE_BYTES:
+            raise FileError(
+                f"{where}: line {lines + 1} is over {MAX_LINE_BYTES:,} bytes: "
+                "expected text, one sentence a line"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def write_lines(path: Path, lines: Sequence[str]) -> None:

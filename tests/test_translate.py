@@ -7,6 +7,7 @@ import dataclasses
 import gc
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from nmt.checkpoint import CheckpointError
 from nmt.cli import app
 from nmt.display import format_attention, plot_attention, plot_paths
 from nmt.errors import DecodeArgumentError
-from nmt.files import read_lines
+from nmt.files import MAX_LINE_BYTES, FileError, read_lines
 from nmt.search import Hypothesis, greedy
 from nmt.tokenizer import UNK_ID
 from nmt.translate import EOS_PIECE, Translator
@@ -290,6 +291,23 @@ def test_read_lines_splits_on_newlines_only(tmp_path):
     path.write_bytes(b"\xff\xfe bad")
     with pytest.raises(Exception, match="line 1 is not valid UTF-8"):
         read_lines(path)
+
+
+def test_read_lines_stops_at_a_line_that_never_ends(tmp_path):
+    """`/dev/zero` as --input or --src: one line without end, read until memory was full;
+    now refused once a line passes MAX_LINE_BYTES, wherever it starts (lines before it, a
+    read of a MiB ending inside it). A line of exactly the limit is read."""
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"a dog\n" * 3 + b"x" * MAX_LINE_BYTES + b"\nlast")
+    assert read_lines(path)[2:] == ["a dog", "x" * MAX_LINE_BYTES, "last"]
+    path.write_bytes(b"a dog\n" * 3 + b"x" * (MAX_LINE_BYTES + 1) + b"\n")
+    with pytest.raises(FileError, match=r"in.txt: line 4 is over 1,048,576 bytes"):
+        read_lines(path)
+    with pytest.raises(FileError, match=r"^/dev/zero: line 1 is over 1,048,576 bytes"):
+        read_lines(Path("/dev/zero"))
+    (tmp_path / "broken").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileError, match=r"broken: a broken link$"):
+        read_lines(tmp_path / "broken")
 
 
 # --------------------------------------------------------------------------- the command
