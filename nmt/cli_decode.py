@@ -32,7 +32,7 @@ from nmt.cli_shared import (
 )
 from nmt.config import load_config
 from nmt.errors import NmtError
-from nmt.files import FileError
+from nmt.files import MAX_LINE_BYTES, ONE_A_LINE, FileError
 
 if TYPE_CHECKING:
     from nmt.translate import Translation, Translator
@@ -260,7 +260,9 @@ def _stdin_lines() -> Iterator[str]:
     if stdin is None:  # a text stream without bytes underneath (tests' fakes)
         yield from iter(sys.stdin.readline, "")
         return
-    for i, raw in enumerate(iter(stdin.readline, b"")):
+    for i, raw in enumerate(iter(lambda: stdin.readline(MAX_LINE_BYTES + 1), b"")):
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):  # `cat /dev/zero |`
+            raise FileError(f"stdin: line {i + 1} is over {MAX_LINE_BYTES:,} bytes: {ONE_A_LINE}")
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError as e:

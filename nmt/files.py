@@ -177,6 +177,7 @@ def atomic_directory(path: Path) -> Iterator[Path]:
 # A line longer than this is not a sentence: a stream without line ends (`/dev/zero`) is
 # refused there instead of being read until the machine's memory is full.
 MAX_LINE_BYTES = 1 << 20
+ONE_A_LINE = "expected text, one sentence a line"
 
 
 def read_lines(path: Path | None) -> list[str]:
@@ -229,8 +230,7 @@ def _read_lines_bytes(stream: BinaryIO, where: str) -> bytes:
             open_line = len(chunk) - chunk.rfind(b"\n") - 1
         if open_line > MAX_LINE_BYTES:
             raise FileError(
-                f"{where}: line {lines + 1} is over {MAX_LINE_BYTES:,} bytes: "
-                "expected text, one sentence a line"
+                f"{where}: line {lines + 1} is over {MAX_LINE_BYTES:,} bytes: {ONE_A_LINE}"
             )
         chunks.append(chunk)
     return b"".join(chunks)

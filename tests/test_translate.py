@@ -427,6 +427,12 @@ def test_cli_interactive_with_nbest_and_its_errors(tiny_run, sentences):
     assert [line.split(" ||| ")[0] for line in result.stdout.splitlines()] == ["0", "0", "1", "1"]
     result = nmt(*args, "A dog.")
     assert result.exit_code == 2 and "--interactive reads stdin" in result.stderr
+    # a line without end (`cat /dev/zero |`) stops at MAX_LINE_BYTES, after the lines before it
+    result = nmt(*args, input=f"{sentences[0]}\n" + "x" * (MAX_LINE_BYTES + 1))
+    assert result.exit_code == 2 and len(result.stdout.splitlines()) == 1
+    assert "stdin: line 2 is over 1,048,576 bytes" in result.stderr
+    result = nmt(*args, input=f"{sentences[0]}\n" + "x" * MAX_LINE_BYTES)  # the limit: read
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 2
 
 
 def test_translating_imports_no_dataset_metric_or_plot_library(tiny_run):
