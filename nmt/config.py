@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import yaml
 
-from nmt.files import FileError, read_small
+from nmt.files import FileError, read_small, stands_in
 from nmt.typed import (
     ConfigError,
     apply_override,
@@ -356,7 +356,9 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Config:
-    name: str = _opt("nmt", help="the run's name (runs/NAME); default: the config file's name")
+    name: str = _opt(
+        "nmt", help="the run's name (runs/NAME); default: the config file's name (nmt for a pipe)"
+    )
     data: DataConfig = DataConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     model: ModelConfig = ModelConfig()
@@ -567,5 +569,6 @@ def load_config(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> 
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(["expected a mapping of sections at the top level"], str(path))
-    raw.setdefault("name", path.stem)
+    if stands_in(path) is None:  # a pipe (`<(sed ...)`) has no name to give a run: "63"
+        raw.setdefault("name", path.stem)
     return config_from_dict(apply_data_dir_env(raw), overrides, str(path))

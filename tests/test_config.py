@@ -336,7 +336,9 @@ def test_what_stands_in_a_configs_place_is_named_and_never_read_past_the_limit(t
         endless.wait()
     short = subprocess.Popen(["cat", str(ROOT / "configs/tiny.yaml")], stdout=subprocess.PIPE)
     try:
-        assert load_config(f"/dev/fd/{short.stdout.fileno()}").model == load_config(TINY).model
+        piped = load_config(f"/dev/fd/{short.stdout.fileno()}")
+        assert piped.model == load_config(TINY).model
+        assert piped.name == "nmt"  # the default: not "63", the pipe's number, as it was
     finally:
         short.wait()
     (tmp_path / "latin1.yaml").write_bytes(b"name: caf\xe9\n")
