@@ -52,7 +52,7 @@ from peers.common import (  # noqa: E402
     model_of,
     share_of_limit,
 )
-from peers.previous import PreviousRun, previous_run, training_flags  # noqa: E402
+from peers.previous import PreviousRun, previous_run, read_run, training_flags  # noqa: E402
 from peers.spread import correlation, variation  # noqa: E402
 
 OURS = "nmt"  # the rows whose figures are gathered (their model's name starts so)
@@ -336,8 +336,9 @@ def read_once(paths: list[Path]) -> list[tuple[Path, PreviousRun]]:
         same = seen.setdefault(path.resolve(), path)
         if same is not path:
             raise SystemExit(f"runs.py: {path} is named twice ({same}); expected each run once")
-        run = previous_run(path, "runs.py")  # a missing file or a non-run: its own one line
-        content = json.dumps(json.loads(path.read_bytes()), sort_keys=True)  # parsed above
+        data = read_run(path, "runs.py")  # once: a pipe reads once
+        run = previous_run(path, "runs.py", data)  # a non-run: its own one line
+        content = json.dumps(json.loads(data), sort_keys=True)  # parsed above
         same = seen.setdefault(content, path)
         if same is not path:
             raise SystemExit(

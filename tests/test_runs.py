@@ -172,6 +172,23 @@ def test_a_run_copied_under_another_name_is_refused_not_counted_twice(tmp_path):
     runs.main([a, other])  # another run with other figures is read
 
 
+def test_a_run_read_from_a_pipe_is_read_once_and_a_device_is_refused(tmp_path, capsys):
+    """`runs.py <(cat a.json) <(cat b.json)`: each pipe is read once (a second read, for the
+    copy check, found it empty: a JSON traceback); `/dev/zero` was read until memory was
+    full, and stops at RUN_MAX_BYTES."""
+    a = _run(tmp_path, "a.json", [_row(ONMT, 1000), _row("nmt fp32", 2000)])
+    b = _run(tmp_path, "b.json", [_row(ONMT, 1000), _row("nmt fp32", 3000)])
+    cats = [subprocess.Popen(["cat", f], stdout=subprocess.PIPE) for f in (a, b)]
+    try:
+        runs.main([f"/dev/fd/{c.stdout.fileno()}" for c in cats if c.stdout is not None])
+    finally:
+        for c in cats:
+            c.wait()
+    assert "| nmt fp32 2.00×, 50.0 % |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="^runs.py: /dev/zero: a device giving over 16,777,216"):
+        runs.main(["/dev/zero", a])
+
+
 def test_runs_without_an_nmt_row_are_one_line(tmp_path):
     with pytest.raises(SystemExit, match="^runs.py: no run has a row whose name starts with 'nmt'"):
         runs.main([_run(tmp_path, "a.json", [_row(ONMT, 1000)])])

@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nmt import typed
+from nmt.files import FileError, read_small
 from peers.common import Decoding, Result, model_of
 from peers.limit import Cpu, Limit
 
@@ -39,16 +41,33 @@ class PreviousRun:
     smoothing: float | None = None  # --smoothing's FACTOR; None: none
 
 
-def previous_run(out: Path, flag: str) -> PreviousRun:
+# A run's file is some 100 KB; a device or an endless pipe named in its place (`/dev/zero`)
+# is refused at this size instead of being read until memory is full.
+RUN_MAX_BYTES = 16 << 20
+
+
+def read_run(out: Path, flag: str) -> bytes:
+    """The bytes of the file a run wrote, read once (a pipe, `<(cat run.json)`, reads only
+    once) and at most RUN_MAX_BYTES of them; a missing or unreadable one is one line."""
+    try:
+        return read_small(out, RUN_MAX_BYTES, "a run compare_peers.py wrote")
+    except FileError as e:
+        if not os.path.lexists(out):
+            raise SystemExit(
+                f"{flag}: no run of compare_peers.py in {out}: file not found"
+            ) from None
+        raise SystemExit(f"{flag}: {out}: {e}") from None
+
+
+def previous_run(out: Path, flag: str, data: bytes | None = None) -> PreviousRun:
     """What the run before wrote to --out (`out`), for `flag` (--redecode or --redecode-onmt,
     which decode that run's models again; `scripts/seeds.py`'s runs): its rows and its
-    limits, read here once, so that a damaged file is one line for every reader of it."""
+    limits, read here once (or given: `data`, what `read_run` read), so that a damaged file
+    is one line for every reader of it."""
     damaged = f"{flag}: {out} is not a run compare_peers.py wrote"
     try:
-        run = json.loads(out.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SystemExit(f"{flag}: no run of compare_peers.py in {out}: file not found") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        run = json.loads((read_run(out, flag) if data is None else data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
         raise SystemExit(f"{damaged} ({e})") from None
     if not isinstance(run, dict) or not {"results", "limits"} <= run.keys():
         raise SystemExit(f"{damaged} (no results, limits)")
