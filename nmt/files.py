@@ -48,8 +48,9 @@ def read_back(path: Path) -> bytes:
     folder: as the read says), and where something else stands in its place (`stands_in`:
     a pipe, a socket, a broken link), which is never opened (reading a pipe would block for
     ever)."""
-    if stands_in(path) not in (None, "a folder"):
-        raise OSError(f"not a regular file: {path}")
+    kind = stands_in(path)
+    if kind not in (None, "a folder"):
+        raise OSError(f"not a regular file ({kind}): {path}")
     return path.read_bytes()
 
 

@@ -124,8 +124,10 @@ def _fmt(value: Any) -> str:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl as `Reporter` wrote it: one dict a row, in the order written."""
-    text = (run_dir / METRICS_NAME).read_text(encoding="utf-8")
+    """A run's metrics.jsonl as `Reporter` wrote it: one dict a row, in the order written.
+    Read back as nmt's own file (`read_back`): a device or a pipe in its place is an OSError,
+    never read (`/dev/zero` was read until memory was full)."""
+    text = read_back(run_dir / METRICS_NAME).decode("utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -77,6 +78,11 @@ def test_the_sessions_curves_read_as_the_readme_says():
     assert "median 2.37 (at most 5.87); mean BLEU over 900-1200 44.48" in lines[1]
 
 
+def _linked(link: Path, target: str) -> Path:
+    link.symlink_to(target)
+    return link.parent
+
+
 @pytest.mark.parametrize(
     "make, says",
     [
@@ -84,8 +90,10 @@ def test_the_sessions_curves_read_as_the_readme_says():
         (lambda p: p, "no metrics.jsonl: not an nmt run folder"),
         (lambda p: _nmt_run(p, "bad", []).joinpath("metrics.jsonl").parent, None),
         (lambda p: _peers_run(p, {"OpenNMT-py 3.5.1": []}), "no row has a curve"),
+        # a device in the metrics' place: read until memory was full; now never opened
+        (lambda p: _linked(p / "metrics.jsonl", "/dev/zero"), "not a regular file (a device)"),
     ],
-    ids=["missing", "folder", "empty-run", "no-curve"],
+    ids=["missing", "folder", "empty-run", "no-curve", "device"],
 )
 def test_what_is_not_a_curve_is_one_line(tmp_path, capsys, make, says):
     path = make(tmp_path)
