@@ -34,7 +34,7 @@ install-browser:
 # its fixtures are made once), each process with its share of the cores' threads: 2 cores
 # of the Xeon with AMX ran it in 828 s as one process, in 577 s as two of 2 threads each
 # (threads spinning against each other), in 447 s as two of 1 thread each.
-CORES := $(shell nproc)
+CORES := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 TEST_WORKERS ?= $(shell echo $$(( $(CORES) < 4 ? $(CORES) : 4 )))
 TEST_THREADS ?= $(shell echo $$(( $(CORES) / $(TEST_WORKERS) > 1 ? $(CORES) / $(TEST_WORKERS) : 1 )))
 test:
