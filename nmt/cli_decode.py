@@ -32,7 +32,7 @@ from nmt.cli_shared import (
 )
 from nmt.config import load_config
 from nmt.errors import NmtError
-from nmt.files import MAX_LINE_BYTES, ONE_A_LINE, FileError
+from nmt.files import MAX_LINE_BYTES, FileError, line_too_long
 
 if TYPE_CHECKING:
     from nmt.translate import Translation, Translator
@@ -262,7 +262,7 @@ def _stdin_lines() -> Iterator[str]:
         return
     for i, raw in enumerate(iter(lambda: stdin.readline(MAX_LINE_BYTES + 1), b"")):
         if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):  # `cat /dev/zero |`
-            raise FileError(f"stdin: line {i + 1} is over {MAX_LINE_BYTES:,} bytes: {ONE_A_LINE}")
+            raise line_too_long("stdin", i + 1)
         try:
             yield raw.decode("utf-8")
         except UnicodeDecodeError as e:

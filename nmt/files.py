@@ -178,7 +178,13 @@ def atomic_directory(path: Path) -> Iterator[Path]:
 # A line longer than this is not a sentence: a stream without line ends (`/dev/zero`) is
 # refused there instead of being read until the machine's memory is full.
 MAX_LINE_BYTES = 1 << 20
-ONE_A_LINE = "expected text, one sentence a line"
+
+
+def line_too_long(where: str, line: int) -> FileError:
+    """The one error for line `line` (from 1) of `where` running past MAX_LINE_BYTES."""
+    return FileError(
+        f"{where}: line {line} is over {MAX_LINE_BYTES:,} bytes: expected text, one sentence a line"
+    )
 
 
 def read_lines(path: Path | None) -> list[str]:
@@ -230,9 +236,7 @@ def _read_lines_bytes(stream: BinaryIO, where: str) -> bytes:
             lines += chunk.count(b"\n")
             open_line = len(chunk) - chunk.rfind(b"\n") - 1
         if open_line > MAX_LINE_BYTES:
-            raise FileError(
-                f"{where}: line {lines + 1} is over {MAX_LINE_BYTES:,} bytes: {ONE_A_LINE}"
-            )
+            raise line_too_long(where, lines + 1)
         chunks.append(chunk)
     return b"".join(chunks)
 
